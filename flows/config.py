@@ -1,0 +1,17 @@
+"""Defaults of every path and threshold, in one place (SPEC 5 and 8)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+RUNS = Path("data/runs")
+KB = Path("data/kb/cards.jsonl")
+WAREHOUSE = Path("data/warehouse")
+REPORT_DIR = Path("data/reports")
+BASELINE = Path("data/baselines/baseline.json")
+
+TOLERANCE = 0.05
+LOCALE_TOLERANCE = 0.08
+GATED_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
+
+NIGHTLY_CRON = "0 2 * * *"

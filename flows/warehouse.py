@@ -1,0 +1,176 @@
+"""The warehouse: hive-partitioned Parquet per table and run, and the DuckDB catalog over it.
+
+A run's files are written under fresh names and become visible only when one catalog
+transaction points the views at them, so readers see each run as it was or whole, never
+half-written (SPEC 4). Files no longer referenced are removed afterwards, under the lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from transforms.errors import InputError
+
+TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
+CATALOG_NAME = "catalog.duckdb"
+LOCK_NAME = ".lock"
+DEFAULT_LOCK_TIMEOUT_S = 600.0
+READ_RETRY_S = 10.0
+
+
+class WarehouseBusy(InputError):
+    """Another process holds the warehouse lock past the timeout."""
+
+
+class Warehouse:
+    def __init__(self, root: Path):
+        self.root = Path(root).absolute()
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.root / CATALOG_NAME
+
+    def new_part(self, table: str, run_id: str, txn: str) -> Path:
+        """A fresh, not yet visible file for one table's partition of one run."""
+        folder = self.root / table / f"run_id={run_id}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"part-{txn}.parquet"
+
+    @staticmethod
+    def new_txn() -> str:
+        return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+    @contextmanager
+    def writing(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+        """Hold the writer lock: a second writer waits, then refuses with a clear message."""
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            handle = open(self.root / LOCK_NAME, "a+")
+        except OSError as error:
+            raise InputError(f"{self.root}: cannot write the warehouse ({error.strerror})") from None
+        with handle:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise WarehouseBusy(
+                            f"{self.root}: another retrieval-eval process is writing this "
+                            f"warehouse (waited {timeout_s:.0f} s); try again when it is done"
+                        ) from None
+                    time.sleep(0.2)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def commit(self, parts: dict[tuple[str, str], Path]) -> None:
+        """Point the catalog at `parts` ((table, run_id) → file) in one transaction."""
+        for path in parts.values():
+            _fsync(path)
+        con = duckdb.connect(str(self.catalog_path))
+        try:
+            con.execute("begin transaction")
+            con.execute(
+                "create table if not exists _partitions ("
+                " table_name varchar, run_id varchar, path varchar, primary key (table_name, run_id))"
+            )
+            for (table, run_id), path in sorted(parts.items()):
+                con.execute(
+                    "insert or replace into _partitions values ($table, $run_id, $path)",
+                    {"table": table, "run_id": run_id, "path": str(path.relative_to(self.root))},
+                )
+            for table in TABLES:
+                files = [
+                    str(self.root / row[0])
+                    for row in con.execute(
+                        "select path from _partitions where table_name = $table order by run_id",
+                        {"table": table},
+                    ).fetchall()
+                ]
+                if files:
+                    con.execute(_view_ddl(table, files))
+            con.execute("commit")
+        finally:
+            con.close()
+        self.remove_unreferenced()
+
+    def referenced(self) -> set[Path]:
+        if not self.catalog_path.exists():
+            return set()
+        with self.connect(read_only=True) as con:
+            if not _has_partitions(con):
+                return set()
+            return {self.root / row[0] for row in con.execute("select path from _partitions").fetchall()}
+
+    def remove_unreferenced(self) -> None:
+        """Delete part files no view points at: superseded ones, and leftovers of a crash."""
+        keep = self.referenced()
+        for table in TABLES:
+            for part in (self.root / table).glob("run_id=*/part-*.parquet"):
+                if part not in keep:
+                    part.unlink(missing_ok=True)
+            for folder in (self.root / table).glob("run_id=*"):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+
+    def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+        """A connection to the catalog; read-only waits briefly while a writer commits."""
+        if not self.catalog_path.exists():
+            raise InputError(f"{self.catalog_path}: no catalog yet (run `retrieval-eval run` first)")
+        deadline = time.monotonic() + READ_RETRY_S
+        while True:
+            try:
+                return duckdb.connect(str(self.catalog_path), read_only=read_only)
+            except duckdb.IOException as error:
+                if "lock" not in str(error).lower() or time.monotonic() >= deadline:
+                    raise InputError(f"{self.catalog_path}: cannot open ({error})") from None
+                time.sleep(0.1)
+
+    def run_ids(self) -> list[str]:
+        with self.connect() as con:
+            if not _has_partitions(con):
+                return []
+            rows = con.execute(
+                "select distinct run_id from _partitions where table_name = 'runs' order by run_id"
+            ).fetchall()
+        return [row[0] for row in rows]
+
+
+def _has_partitions(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(
+        con.execute(
+            "select count(*) from duckdb_tables() where table_name = '_partitions'"
+        ).fetchone()[0]
+    )
+
+
+def _view_ddl(table: str, files: list[str]) -> str:
+    # DuckDB refuses bind parameters in CREATE VIEW, and the view must hold absolute paths
+    # (relative ones resolve against the reader's working directory). So the file list is a
+    # literal rendered and quoted by DuckDB itself; `table` is one of the fixed TABLES.
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}")
+    files_literal = str(duckdb.ConstantExpression(files))
+    return (
+        "create or replace view " + table + " as select * from read_parquet("
+        + files_literal + ", union_by_name = true)"
+    )
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,73 @@
+"""Per-slice aggregates of case_metrics (SPEC 2.8), merged from partial sums.
+
+A partition of cases yields partial sums (n, sum) per (run, k, slice, metric); partials of
+any partitioning add up to the same totals, so scale-out never averages averages.
+The interval is the Wilson score interval at 95%: exact in spirit for hit_at_k (a
+proportion) and conservative for the other metrics, which lie in [0, 1] and so have
+variance at most mean·(1 − mean) — the Bernoulli variance Wilson assumes. Closed form,
+deterministic, defined for n = 1 and never collapsing to a point at 0 or 1.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from transforms.case_metrics import METRICS
+
+Z_95 = 1.959963984540054
+SLICES = ("all", "category", "locale", "locale_category")
+KEYS = ["run_id", "k", "slice", "slice_value", "metric"]
+
+
+def slice_partials(case_metrics: pl.DataFrame) -> pl.DataFrame:
+    """Partial sums (n, sum) per (run_id, k, slice, slice_value, metric) of some cases."""
+    long = case_metrics.unpivot(
+        index=["run_id", "k", "locale", "category"], on=list(METRICS), variable_name="metric"
+    )
+    by_slice = {
+        "all": pl.lit("all"),
+        "category": pl.col("category"),
+        "locale": pl.col("locale"),
+        "locale_category": pl.concat_str(pl.col("locale"), pl.lit("/"), pl.col("category")),
+    }
+    tagged = pl.concat(
+        [
+            long.select(
+                "run_id", "k", pl.lit(name).alias("slice"), value.alias("slice_value"), "metric", "value"
+            )
+            for name, value in by_slice.items()
+        ]
+    )
+    return tagged.group_by(KEYS).agg(
+        pl.col("value").count().alias("n"), pl.col("value").sum().alias("sum")
+    )
+
+
+def merge_partials(partials: list[pl.DataFrame]) -> pl.DataFrame:
+    """Add up partial sums from any partitioning of the same cases."""
+    return pl.concat(partials).group_by(KEYS).agg(pl.col("n").sum(), pl.col("sum").sum())
+
+
+def aggregates(partials: pl.DataFrame) -> pl.DataFrame:
+    """The `aggregates` table: mean, n and a 95% Wilson interval per slice and metric."""
+    n = pl.col("n").cast(pl.Float64)
+    p = pl.col("sum") / n
+    z2 = Z_95 * Z_95
+    denominator = 1 + z2 / n
+    center = (p + z2 / (2 * n)) / denominator
+    half = Z_95 * ((p * (1 - p)).clip(lower_bound=0) / n + z2 / (4 * n * n)).sqrt() / denominator
+    slice_order = pl.col("slice").replace_strict(
+        {name: i for i, name in enumerate(SLICES)}, return_dtype=pl.Int8
+    )
+    metric_order = pl.col("metric").replace_strict(
+        {name: i for i, name in enumerate(METRICS)}, return_dtype=pl.Int8
+    )
+    return (
+        partials.with_columns(
+            mean=p,
+            ci_low=(center - half).clip(0.0, 1.0),
+            ci_high=(center + half).clip(0.0, 1.0),
+        )
+        .sort(["run_id", "k", slice_order, "slice_value", metric_order])
+        .select(*KEYS, "mean", "n", "ci_low", "ci_high")
+    )

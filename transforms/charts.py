@@ -1,0 +1,99 @@
+"""Charts of the report (PNG): metric against k, headline trend across runs, and hit@k
+per locale and per category with 95% intervals. matplotlib is imported only here, so a
+run that renders no chart never pays for it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from transforms.report import Report
+
+SWEEP_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
+TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k (lower bound)", "ndcg_at_k": "nDCG@k"}
+
+
+def write_charts(report: Report, out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
+    """Write every chart into `out_dir`; returns chart name → file name."""
+    if not report.runs:
+        return {}
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {run.run_id: plt.get_cmap("tab10")(i % 10) for i, run in enumerate(report.runs)}
+    written = {
+        "sweep": _sweep(plt, report, colours, out_dir / "sweep.png"),
+        "trend": _trend(plt, report, out_dir / "trend.png", baseline or {}),
+        "locales": _slices(plt, report, colours, "locale", out_dir / "locales.png"),
+        "categories": _slices(plt, report, colours, "category", out_dir / "categories.png"),
+    }
+    return {name: path.name for name, path in written.items()}
+
+
+def _sweep(plt, report: Report, colours, path: Path) -> Path:
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
+    for ax, metric in zip(axes, SWEEP_METRICS, strict=True):
+        for run in report.runs:
+            rows = run.sweep.filter(pl.col("metric") == metric).sort("k")
+            ax.plot(rows["k"], rows["mean"], marker="o", ms=3, color=colours[run.run_id], label=run.run_id)
+            at_headline = rows.filter(pl.col("k") == run.headline_k)
+            if at_headline.height:
+                ax.plot(at_headline["k"], at_headline["mean"], marker="*", ms=12, color=colours[run.run_id])
+        ax.set_title(TITLES[metric])
+        ax.set_xlabel("k (★ headline)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    return _save(plt, fig, path)
+
+
+def _trend(plt, report: Report, path: Path, baseline: dict[str, float]) -> Path:
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    labels = [run.run_id for run in report.runs]
+    for metric, style in zip(SWEEP_METRICS, ("-o", "-s", "-^"), strict=True):
+        values = [(run.figure(metric) or {}).get("mean") for run in report.runs]
+        line = ax.plot(range(len(labels)), values, style, label=TITLES[metric])[0]
+        if metric in baseline:
+            ax.axhline(baseline[metric], color=line.get_color(), ls="--", lw=1, alpha=0.7)
+    ax.set_xticks(range(len(labels)), labels, rotation=15, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Headline figures by run (oldest first" + (", dashed: baseline)" if baseline else ")"))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(plt, fig, path)
+
+
+def _slices(plt, report: Report, colours, slice_: str, path: Path) -> Path:
+    values = sorted(
+        {v for run in report.runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
+    )
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8))
+    width = 0.8 / max(1, len(report.runs))
+    for i, run in enumerate(report.runs):
+        rows = {
+            r["slice_value"]: r
+            for r in run.headline.filter((pl.col("slice") == slice_) & (pl.col("metric") == "hit_at_k")).iter_rows(named=True)
+        }
+        xs = [j + i * width for j, v in enumerate(values) if v in rows]
+        got = [rows[v] for v in values if v in rows]
+        means = [r["mean"] for r in got]
+        errors = [[r["mean"] - r["ci_low"] for r in got], [r["ci_high"] - r["mean"] for r in got]]
+        ax.bar(xs, means, width, yerr=errors, capsize=2, color=colours[run.run_id], label=run.run_id)
+        for x, r in zip(xs, got, strict=True):
+            ax.text(x, 0.02, f"n={r['n']}", rotation=90, ha="center", va="bottom", fontsize=6, color="white")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(values))], values)
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"hit@k per {slice_} at each run's headline k (95% CI)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    return _save(plt, fig, path)
+
+
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

@@ -1,0 +1,143 @@
+"""The report model: one object built from the warehouse, rendered many ways
+(terminal, markdown, JSON, Prefect artifacts) by transforms/report_render.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from transforms.case_metrics import METRICS
+
+METRIC_LABELS = {
+    "hit_at_k": "hit",
+    "recall_at_k": "recall",
+    "ndcg_at_k": "nDCG",
+    "precision_at_k": "P",
+    "reciprocal_rank_at_k": "RR",
+}
+RECALL_CAVEAT = (
+    "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
+    "case), so a case can be fully served with recall below 1. hit@k is the headline figure."
+)
+LOCALE_CAVEAT = "Per-locale and per-category figures are indicative: read them with their n."
+CI_NOTE = (
+    "Intervals are 95% Wilson score intervals (conservative for metrics other than hit)."
+)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    run_id: str
+    created_at: str
+    headline_k: int
+    retrieval_top_k: int
+    ks: list[int]
+    n_cases: int
+    n_labelled: int
+    n_rejected: int
+    vacuous: bool
+    config: str
+    headline: pl.DataFrame  # aggregates at the headline k, every slice
+    sweep: pl.DataFrame  # aggregates of slice `all` at every k
+    warnings: list[str] = field(default_factory=list)
+
+    def figure(self, metric: str, slice_: str = "all", value: str = "all") -> dict | None:
+        rows = self.headline.filter(
+            (pl.col("metric") == metric) & (pl.col("slice") == slice_) & (pl.col("slice_value") == value)
+        )
+        return rows.row(0, named=True) if rows.height else None
+
+
+@dataclass(frozen=True)
+class Report:
+    runs: list[RunReport]  # ordered by created_at
+    never_hit: pl.DataFrame  # latest run: labelled cases with no gold card in the whole capture
+    entry_ranks: pl.DataFrame  # latest run: first_relevant_rank distribution at the headline k
+    charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in report dir
+    notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
+
+
+def build_report(runs: pl.DataFrame, aggregates: pl.DataFrame, case_metrics: pl.DataFrame) -> Report:
+    """Assemble the report from the `runs`, `aggregates` and `case_metrics` rows of the runs shown."""
+    run_reports = []
+    for run in runs.sort("created_at", "run_id").iter_rows(named=True):
+        mine = aggregates.filter(pl.col("run_id") == run["run_id"])
+        run_metrics = case_metrics.filter(pl.col("run_id") == run["run_id"])
+        run_reports.append(
+            RunReport(
+                run_id=run["run_id"],
+                created_at=run["created_at"],
+                headline_k=run["headline_k"],
+                retrieval_top_k=run["retrieval_top_k"],
+                ks=list(run["ks"]),
+                n_cases=run["n_cases"],
+                n_labelled=run["n_labelled"],
+                n_rejected=run["n_rejected"],
+                vacuous=run["vacuous"],
+                config=run["config"],
+                headline=mine.filter(pl.col("k") == run["headline_k"]),
+                sweep=mine.filter(pl.col("slice") == "all"),
+                warnings=run_warnings(run, run_metrics),
+            )
+        )
+    latest = run_reports[-1] if run_reports else None
+    latest_metrics = (
+        case_metrics.filter(
+            (pl.col("run_id") == latest.run_id) & (pl.col("k") == latest.headline_k)
+        )
+        if latest
+        else case_metrics.clear()
+    )
+    never_hit = latest_metrics.filter(pl.col("first_relevant_rank").is_null()).select(
+        "case_id", "locale", "category", "n_gold"
+    ).sort("case_id")
+    entry_ranks = (
+        latest_metrics.group_by("first_relevant_rank")
+        .agg(pl.len().alias("n_cases"))
+        .sort("first_relevant_rank", nulls_last=True)
+    )
+    return Report(run_reports, never_hit, entry_ranks)
+
+
+def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
+    """Loud flags of one run: vacuous (SPEC 2.9), nothing labelled, k beyond depth, rejects."""
+    warnings = []
+    if run["vacuous"]:
+        warnings.append(
+            f"VACUOUS RUN: none of its {run['n_labelled']} labelled cases retrieved anything "
+            "(did the runner have a store?). Its figures are not a measurement of retrieval."
+        )
+    if run["n_labelled"] == 0:
+        warnings.append("No labelled cases: nothing in this run can be scored.")
+    for k in run["ks"]:
+        if k > run["max_depth"]:
+            warnings.append(
+                f"k={k} is beyond the deepest capture of this run ({run['max_depth']} distinct "
+                f"cards): the run cannot show k={k}; figures at k={k} are computed on what was captured."
+            )
+            continue
+        shallow = case_metrics.filter((pl.col("k") == k) & pl.col("k_beyond_depth")).height
+        if shallow and k == run["headline_k"]:
+            warnings.append(
+                f"k={k}: {shallow} of {run['n_labelled']} labelled cases captured fewer than {k} "
+                "distinct cards (sibling chunks or short lists); they are scored on what was captured."
+            )
+    if run["n_rejected"]:
+        warnings.append(
+            f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view)."
+        )
+    return warnings
+
+
+def headline_table(report: Report) -> pl.DataFrame:
+    """Headline figures of every run on slice `all`: one row per run, one column per metric."""
+    rows = []
+    for run in report.runs:
+        row = {"run_id": run.run_id, "k": run.headline_k, "n": 0}
+        for metric in METRICS:
+            figure = run.figure(metric)
+            row[metric] = figure["mean"] if figure else None
+            row["n"] = figure["n"] if figure else 0
+        rows.append(row)
+    return pl.DataFrame(rows)

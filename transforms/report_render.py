@@ -1,0 +1,225 @@
+"""Renderers of the report model: aligned terminal text, markdown, JSON.
+
+Every table is built once as rows of cells (`Table`) and then laid out by the renderer,
+so the terminal and markdown reports cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import polars as pl
+
+from transforms.case_metrics import METRICS
+from transforms.report import METRIC_LABELS, Report, RunReport, headline_table
+
+TERMINAL_SLICES = ("all", "locale", "category")
+MARKDOWN_SLICES = ("all", "locale", "category", "locale_category")
+GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
+
+
+@dataclass(frozen=True)
+class Table:
+    header: list[str]
+    rows: list[list[str]]
+    align_right_from: int = 1  # first column whose cells are right-aligned (numbers)
+
+
+def fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def fmt_with_ci(row: dict | None) -> str:
+    if row is None:
+        return "—"
+    return f"{row['mean']:.3f} ({row['ci_low']:.2f}–{row['ci_high']:.2f})"
+
+
+def fmt_delta(delta: float | None) -> str:
+    return "" if delta is None else f"{delta:+.3f}"
+
+
+def slice_table(run: RunReport, slices: tuple[str, ...], with_ci: bool) -> Table:
+    """Headline-k figures per slice; the n column is the number of labelled cases scored."""
+    k = run.headline_k
+    header = ["slice"] + [f"{METRIC_LABELS[m]}@{k}" for m in METRICS] + ["n"]
+    header[1] += " (95% CI)"
+    by_key = {
+        (r["slice"], r["slice_value"], r["metric"]): r for r in run.headline.iter_rows(named=True)
+    }
+    rows = []
+    for slice_ in slices:
+        values = sorted({v for (s, v, _m) in by_key if s == slice_})
+        for value in values:
+            label = "all" if slice_ == "all" else f"{slice_.replace('_', ' × ')} {value}"
+            hit = by_key.get((slice_, value, "hit_at_k"))
+            cells = [label, fmt_with_ci(hit)]  # the headline figure always shows its interval
+            for metric in METRICS[1:]:
+                row = by_key.get((slice_, value, metric))
+                cells.append(fmt_with_ci(row) if with_ci else fmt(row and row["mean"]))
+            cells.append(str(hit["n"]) if hit else "0")
+            rows.append(cells)
+    return Table(header, rows)
+
+
+def sweep_table(run: RunReport) -> Table:
+    """Slice `all` at every k of the sweep; the headline k is marked with *."""
+    header = ["k"] + [METRIC_LABELS[m] for m in METRICS] + ["n"]
+    rows = []
+    for k in run.ks:
+        at_k = {r["metric"]: r for r in run.sweep.filter(pl.col("k") == k).iter_rows(named=True)}
+        label = f"{k}*" if k == run.headline_k else str(k)
+        n = at_k["hit_at_k"]["n"] if "hit_at_k" in at_k else 0
+        rows.append([label] + [fmt(at_k[m]["mean"]) if m in at_k else "—" for m in METRICS] + [str(n)])
+    return Table(header, rows)
+
+
+def runs_table(report: Report) -> tuple[Table, list[float | None]]:
+    """Headline figures of every run (oldest first) with the hit@k change from the run before."""
+    frame = headline_table(report)
+    header = ["run", "k"] + [f"{METRIC_LABELS[m]}@k" for m in METRICS] + ["n", "Δ hit"]
+    rows, deltas, previous = [], [], None
+    for row in frame.iter_rows(named=True):
+        hit = row["hit_at_k"]
+        delta = None if previous is None or hit is None else hit - previous
+        deltas.append(delta)
+        previous = hit
+        rows.append(
+            [row["run_id"], str(row["k"])] + [fmt(row[m]) for m in METRICS] + [str(row["n"]), fmt_delta(delta)]
+        )
+    return Table(header, rows), deltas
+
+
+def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = None) -> str:
+    """Aligned columns; `colour_cells` maps (row, column) to an ANSI colour."""
+    widths = [len(h) for h in table.header]
+    for row in table.rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+
+    def line(cells: list[str], row_index: int | None) -> str:
+        out = []
+        for col, (cell, width) in enumerate(zip(cells, widths, strict=True)):
+            text = cell.rjust(width) if col >= table.align_right_from else cell.ljust(width)
+            colour = (colour_cells or {}).get((row_index, col)) if row_index is not None else None
+            out.append(f"{colour}{text}{RESET}" if colour else text)
+        return "  ".join(out).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(table.header, None), rule] + [line(r, i) for i, r in enumerate(table.rows)])
+
+
+def layout_markdown(table: Table) -> str:
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    aligns = ["---" if i < table.align_right_from else "---:" for i in range(len(table.header))]
+    return "\n".join([line(table.header), line(aligns)] + [line(r) for r in table.rows])
+
+
+def render_terminal(report: Report, colour: bool = False) -> str:
+    bold = (lambda s: f"{BOLD}{s}{RESET}") if colour else (lambda s: s)
+    out = [bold(f"retrieval-eval — {len(report.runs)} run(s), headline figures on all labelled cases"), ""]
+    table, deltas = runs_table(report)
+    colours = {}
+    if colour:
+        delta_col = len(table.header) - 1
+        for i, delta in enumerate(deltas):
+            if delta:
+                colours[(i, delta_col)] = GREEN if delta > 0 else RED
+    out += [layout_text(table, colours), ""]
+    for run in report.runs:
+        out.append(bold(f"Run {run.run_id}") + f"  created {run.created_at}, headline k={run.headline_k}")
+        out.append(
+            f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected"
+        )
+        for warning in run.warnings:
+            out.append(("  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning))
+        out.append("")
+        out.append(_indent(layout_text(slice_table(run, TERMINAL_SLICES, with_ci=False))))
+        out.append("")
+        out.append(_indent(layout_text(sweep_table(run))))
+        out.append("")
+    out += [f"* headline k.  {note}" if i == 0 else note for i, note in enumerate(report.notes)]
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(report: Report) -> str:
+    out = ["# Retrieval evaluation report", ""]
+    out += [f"> {note}" for note in report.notes] + [""]
+    out += ["## Runs (headline k, slice `all`)", "", layout_markdown(runs_table(report)[0]), ""]
+    for name, title in (("sweep", "hit, recall and nDCG against k"), ("trend", "Headline figures across runs")):
+        if name in report.charts:
+            out += [f"![{title}]({report.charts[name]})", ""]
+    for run in report.runs:
+        out += [f"## Run `{run.run_id}`", ""]
+        out.append(
+            f"Created {run.created_at}; headline k = {run.headline_k} "
+            f"(retrieval_top_k {run.retrieval_top_k}); {run.n_cases} cases, "
+            f"{run.n_labelled} labelled and scored, {run.n_rejected} rejected."
+        )
+        out.append("")
+        for warning in run.warnings:
+            out.append(f"> **Warning:** {warning}")
+        if run.warnings:
+            out.append("")
+        out += [layout_markdown(slice_table(run, MARKDOWN_SLICES, with_ci=True)), ""]
+        out += ["k sweep, slice `all` (* = headline k):", "", layout_markdown(sweep_table(run)), ""]
+        chart = report.charts.get(f"slices-{run.run_id}")
+        if chart:
+            out += [f"![hit@{run.headline_k} per locale and category]({chart})", ""]
+    if report.runs:
+        latest = report.runs[-1]
+        out += [f"## Diagnostics of `{latest.run_id}`", ""]
+        out += [f"Rank at which each labelled case first meets a gold card (all captured cards):", ""]
+        entry = Table(
+            ["first relevant rank", "cases"],
+            [[fmt_rank(r["first_relevant_rank"]), str(r["n_cases"])] for r in report.entry_ranks.iter_rows(named=True)],
+        )
+        out += [layout_markdown(entry), ""]
+        never = Table(
+            ["case", "locale", "category", "gold cards"],
+            [[r["case_id"], r["locale"], r["category"], str(r["n_gold"])] for r in report.never_hit.iter_rows(named=True)],
+            align_right_from=3,
+        )
+        out += [f"{report.never_hit.height} labelled case(s) never met a gold card within the captured depth:", ""]
+        out += [layout_markdown(never), ""]
+    return "\n".join(out)
+
+
+def fmt_rank(rank: int | None) -> str:
+    return "never" if rank is None else str(rank)
+
+
+def report_json(report: Report) -> dict:
+    """The `--json` document: per run, its account, warnings and every aggregate row."""
+    return {
+        "runs": [
+            {
+                "run_id": run.run_id,
+                "created_at": run.created_at,
+                "headline_k": run.headline_k,
+                "ks": run.ks,
+                "n_cases": run.n_cases,
+                "n_labelled": run.n_labelled,
+                "n_rejected": run.n_rejected,
+                "vacuous": run.vacuous,
+                "warnings": run.warnings,
+                "aggregates": [
+                    {key: row[key] for key in ("k", "slice", "slice_value", "metric", "mean", "n", "ci_low", "ci_high")}
+                    for row in pl.concat([run.headline, run.sweep.filter(pl.col("k") != run.headline_k)])
+                    .sort("k", "slice", "slice_value", "metric")
+                    .iter_rows(named=True)
+                ],
+            }
+            for run in report.runs
+        ]
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())

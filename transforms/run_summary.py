@@ -1,0 +1,58 @@
+"""The `runs` row of one run: its manifest, the account of its records, and its flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+
+from transforms.manifest import Manifest
+
+RUNS_SCHEMA = {
+    "run_id": pl.String,
+    "created_at": pl.String,
+    "retrieval_top_k": pl.Int64,
+    "headline_k": pl.Int64,
+    "ks": pl.List(pl.Int64),
+    "n_cases": pl.Int64,
+    "n_labelled": pl.Int64,
+    "n_rejected": pl.Int64,
+    "n_labelled_with_retrieval": pl.Int64,
+    "max_depth": pl.Int64,
+    "vacuous": pl.Boolean,
+    "git_sha": pl.String,
+    "dataset_version": pl.String,
+    "config": pl.String,
+    "source_file": pl.String,
+}
+
+
+def run_summary(
+    manifest: Manifest, cases_path: Path, n_rejected: int, headline_k: int, ks: list[int]
+) -> pl.DataFrame:
+    """One row. A run is vacuous (SPEC 2.9) when it has labelled cases and none retrieved anything."""
+    cases = pl.read_parquet(cases_path, columns=["n_gold", "n_retrieved", "n_cards"])
+    labelled = cases.filter(pl.col("n_gold") > 0)
+    n_labelled = labelled.height
+    with_retrieval = labelled.filter(pl.col("n_retrieved") > 0).height
+    return pl.DataFrame(
+        {
+            "run_id": [manifest.run_id],
+            "created_at": [manifest.created_at],
+            "retrieval_top_k": [manifest.retrieval_top_k],
+            "headline_k": [headline_k],
+            "ks": [ks],
+            "n_cases": [cases.height],
+            "n_labelled": [n_labelled],
+            "n_rejected": [n_rejected],
+            "n_labelled_with_retrieval": [with_retrieval],
+            "max_depth": [cases["n_cards"].max() or 0],
+            "vacuous": [n_labelled > 0 and with_retrieval == 0],
+            "git_sha": [manifest.git_sha],
+            "dataset_version": [manifest.dataset_version],
+            "config": [json.dumps(manifest.config, sort_keys=True)],
+            "source_file": [str(manifest.cases_file)],
+        },
+        schema=RUNS_SCHEMA,
+    )
