@@ -1,0 +1,200 @@
+"""Bad input (SPEC 6): every record is loaded or rejected with file, line and reason;
+strict by default, --allow-rejects loads the valid ones; rejects always land in `rejects`."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flows.pipeline import EvaluationOptions, evaluate
+from flows.warehouse import Warehouse
+from tests.conftest import case, chunk, write_run
+from transforms.errors import InputError, RejectedRecords
+from transforms.records import record_problem
+
+GOOD = json.dumps(case("good", [chunk("A::00", "A", 0.9)], ["A"]))
+
+
+def good_line(case_id: str) -> str:
+    return json.dumps(case(case_id, [chunk("A::00", "A", 0.9)], ["A"]))
+
+
+def run_lines(tmp_path, lines: list[str], allow_rejects: bool = False) -> Warehouse:
+    write_run(tmp_path / "runs", "run-a", lines=lines)
+    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh", allow_rejects=allow_rejects))
+    return Warehouse(tmp_path / "wh")
+
+
+BAD_LINES = {
+    "not_json": ('{"case_id": "x",', "not valid JSON"),
+    "json_array_not_object": ("[1, 2]", "not an object"),
+    "missing_case_id": (json.dumps({"locale": "en", "category": "golden"}), "missing required field case_id"),
+    "missing_locale": (json.dumps({"case_id": "x", "category": "golden"}), "missing required field locale"),
+    "null_category": (json.dumps({"case_id": "x", "locale": "en", "category": None}), "missing required field category"),
+    "numeric_case_id": (json.dumps({"case_id": 5, "locale": "en", "category": "g"}), "field case_id must be a string"),
+    "gold_not_a_list": (json.dumps(case("x", [], "card-a")), "must_cite_one_of must be a list"),
+    "gold_with_number": (json.dumps(case("x", [], ["a", 3])), "must_cite_one_of[1] must be a non-empty string"),
+    "relevant_ids_not_a_list": (json.dumps(case("x", [], ["a"], relevant_ids={"a": 1})), "relevant_ids must be a list"),
+    "context_not_a_list": (json.dumps(case("x", "card-a::00", ["a"])), "retrieved_context must be a list"),
+    "item_without_id": (json.dumps(case("x", [{"parent_id": "A"}], ["A"])), "retrieved_context[0]: item has no id"),
+    "item_with_null_id": (json.dumps(case("x", [chunk("B::00", "B"), {"id": None}], ["A"])), "retrieved_context[1]: item has no id"),
+    "item_not_an_object": (json.dumps(case("x", ["A::00"], ["A"])), "retrieved_context[0]: item is a JSON string"),
+    "string_score": (json.dumps(case("x", [{"id": "A::00", "score": "0.5"}], ["A"])), "score must be a number"),
+    "nan_score": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "score": NaN}]}', "not valid JSON"),
+    "infinite_score": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "score": 1e999}]}', "score must be finite"),
+    "numeric_parent_id": (json.dumps(case("x", [{"id": "A::00", "parent_id": 7}], ["A"])), "parent_id must be a string"),
+    "float_chunk_index": (json.dumps(case("x", [{"id": "A::00", "chunk_index": 1.5}], ["A"])), "chunk_index must be an integer"),
+    "repeated_case_id": (good_line("good"), "case_id 'good' repeats line 1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_bad_record_is_refused_with_file_line_and_reason(tmp_path, name):
+    bad, reason = BAD_LINES[name]
+    with pytest.raises(RejectedRecords) as refused:
+        run_lines(tmp_path, [GOOD, bad])
+    message = str(refused.value)
+    assert "cases.jsonl:2: " in message and reason in message
+    # Strict mode loads nothing of the run, but the rejected record lands in `rejects`.
+    with Warehouse(tmp_path / "wh").connect() as con:
+        rejects = con.table("rejects").pl()
+        loaded = con.execute("select count(*) from duckdb_views() where view_name = 'cases'").fetchone()[0]
+    assert rejects.select("line", "raw").rows() == [(2, bad)]
+    assert reason in rejects["reason"][0]
+    assert loaded == 0
+
+
+@pytest.mark.parametrize("name", sorted(BAD_LINES))
+def test_allow_rejects_loads_the_valid_records(tmp_path, name):
+    bad, _reason = BAD_LINES[name]
+    wh = run_lines(tmp_path, [GOOD, bad, good_line("other")], allow_rejects=True)
+    with wh.connect() as con:
+        cases = con.table("cases").pl()
+        runs = con.table("runs").pl()
+        rejects = con.table("rejects").pl()
+    assert sorted(cases["case_id"].to_list()) == ["good", "other"]
+    assert runs["n_rejected"].to_list() == [1] and rejects["line"].to_list() == [2]
+
+
+def test_blank_lines_are_skipped_not_rejected(tmp_path):
+    wh = run_lines(tmp_path, [GOOD, "", "   ", good_line("other")])
+    with wh.connect() as con:
+        assert con.table("cases").pl().height == 2
+        assert con.table("rejects").pl().height == 0
+
+
+def test_unicode_is_kept(tmp_path):
+    line = json.dumps(case("pt-ação-1", [chunk("cartão::00", "cartão")], ["cartão"], locale="pt-BR"), ensure_ascii=False)
+    wh = run_lines(tmp_path, [line])
+    with wh.connect() as con:
+        assert con.table("case_metrics").pl()["case_id"].to_list() == ["pt-ação-1"]
+
+
+def test_gzip_cases_file_is_read(tmp_path):
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD, "not json"])
+    (run_dir / "cases.jsonl").unlink()
+    with gzip.open(run_dir / "cases.jsonl.gz", "wt", encoding="utf-8") as out:
+        out.write(GOOD + "\nnot json\n")
+    with pytest.raises(RejectedRecords, match=r"cases.jsonl.gz:2: not valid JSON"):
+        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh", allow_rejects=True))
+    with Warehouse(tmp_path / "wh").connect() as con:
+        assert con.table("cases").pl()["case_id"].to_list() == ["good"]
+
+
+def test_empty_cases_file_is_refused(tmp_path):
+    with pytest.raises(InputError, match="holds no records"):
+        run_lines(tmp_path, [])
+
+
+@pytest.mark.parametrize(
+    "manifest, reason",
+    [
+        ("{not json", "not valid JSON"),
+        (json.dumps({"run_id": "other", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "differs from its folder"),
+        (json.dumps({"run_id": "run-a", "created_at": "yesterday", "retrieval_top_k": 4}), "created_at must be an ISO 8601"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 0}), "retrieval_top_k must be an integer >= 1"),
+        (json.dumps({"run_id": "../x", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
+        (json.dumps({"run_id": "", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
+        (json.dumps({"run_id": "a/b", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
+    ],
+)
+def test_bad_manifest_is_refused_before_anything_is_written(tmp_path, manifest, reason):
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    (run_dir / "manifest.json").write_text(manifest)
+    with pytest.raises(InputError, match=reason) as refused:
+        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+    assert "manifest.json" in str(refused.value)
+    assert not (tmp_path / "wh").exists()
+
+
+def test_missing_manifest_is_refused(tmp_path):
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    (run_dir / "manifest.json").unlink()
+    (tmp_path / "runs" / "run-b").mkdir()
+    with pytest.raises(InputError, match="manifest.json: missing"):
+        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+
+
+def _refuse(name: str):
+    raise ValueError(name)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+record_like = st.fixed_dictionaries(
+    {},
+    optional={
+        "case_id": st.sampled_from(["a", "b", ""]) | json_values,
+        "locale": st.just("en") | json_values,
+        "category": st.just("golden") | json_values,
+        "must_cite_one_of": st.lists(st.sampled_from(["A", "B"]), max_size=2) | json_values,
+        "relevant_ids": st.none() | json_values,
+        "retrieved_context": st.lists(
+            st.fixed_dictionaries({}, optional={"id": st.sampled_from(["A::00", "B"]) | json_values,
+                                                "parent_id": st.just("A") | json_values,
+                                                "score": st.floats(-1, 1) | json_values,
+                                                "chunk_index": st.integers(0, 3) | json_values})
+            | json_values,
+            max_size=3,
+        ) | json_values,
+    },
+)
+fuzz_line = st.one_of(record_like.map(json.dumps), st.text(max_size=30), json_values.map(json.dumps))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(fuzz_line, min_size=1, max_size=8))
+def test_fuzzed_lines_are_all_accounted_for(tmp_path_factory, lines):
+    tmp_path = tmp_path_factory.mktemp("fuzz")
+    lines = [line.replace("\n", " ").replace("\r", " ") for line in lines]
+    written = [GOOD] + lines
+    try:
+        wh = run_lines(tmp_path, written, allow_rejects=True)
+    except InputError as error:  # the only refusal left with --allow-rejects: nothing valid at all
+        assert "holds no records" in str(error)
+        return
+    with wh.connect() as con:
+        n_cases = con.table("cases").pl().height
+        rejects = con.table("rejects").pl()
+    n_blank = sum(1 for line in written if not line.strip())
+    assert n_cases + rejects.height + n_blank == len(written)
+    # Each rejected line is rejected for the reason the record rules give.
+    for row in rejects.iter_rows(named=True):
+        raw = written[row["line"] - 1]
+        assert row["raw"] == raw
+        try:  # JSON proper: NaN and Infinity are not JSON numbers
+            parsed = json.loads(raw, parse_constant=_refuse)
+        except ValueError:
+            assert row["reason"].startswith("not valid")
+            continue
+        problem = record_problem(parsed)
+        assert problem is None or problem == row["reason"]

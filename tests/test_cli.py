@@ -1,0 +1,120 @@
+"""The installed command end to end, as real subprocesses: exit codes, messages, query."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import case, chunk, write_run
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    """`retrieval-eval run` with every default, from a folder laid out like the repository."""
+    root = tmp_path_factory.mktemp("repo")
+    import shutil
+
+    from tests.conftest import SAMPLE_KB, SAMPLE_RUNS
+
+    shutil.copytree(SAMPLE_RUNS, root / "data" / "runs")
+    (root / "data" / "kb").mkdir()
+    shutil.copy(SAMPLE_KB, root / "data" / "kb" / "cards.jsonl")
+    result = cli("run", "--ks", "1,2,3,5,8", cwd=root)
+    return root, result
+
+
+def test_run_with_defaults_prints_the_report_and_writes_the_catalog(sample_run):
+    root, result = sample_run
+    assert result.returncode == 0, result.stderr
+    assert "2026-11-16-hybrid-rerank" in result.stdout
+    assert "hit@4 (95% CI)" in result.stdout and "recall@k is a lower bound" in result.stdout
+    assert "\x1b[" not in result.stdout  # piped: no escape codes
+    assert (root / "data" / "warehouse" / "catalog.duckdb").exists()
+    report = (root / "data" / "reports" / "report.md").read_text()
+    assert "| slice | hit@4 (95% CI) |" in report and "indicative" in report
+    for chart in ("sweep.png", "trend.png", "locales.png", "categories.png"):
+        assert (root / "data" / "reports" / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({chart})" in report or chart in ("locales.png", "categories.png")
+
+
+def test_query_json_is_an_array_of_row_objects(sample_run):
+    root, _ = sample_run
+    result = cli(
+        "query",
+        "select run_id, n_labelled from runs order by run_id",
+        "--format", "json", cwd=root,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert rows[0] == {"run_id": "2026-11-02-dense", "n_labelled": 240}
+    assert len(rows) == 4
+
+
+def test_query_works_from_any_working_directory(sample_run, tmp_path):
+    root, _ = sample_run
+    result = cli(
+        "query", "select count(*) as n from case_metrics where k = 4",
+        "--warehouse", str(root / "data" / "warehouse"), "--format", "csv", cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "n\n960\n"  # 4 runs × 240 labelled cases at the headline k
+
+
+def test_query_sql_error_is_a_clear_message(sample_run):
+    root, _ = sample_run
+    result = cli("query", "select nope from runs", cwd=root)
+    assert result.returncode == 2
+    assert "query failed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_query_cannot_write_the_warehouse(sample_run):
+    root, _ = sample_run
+    result = cli("query", "drop view runs", cwd=root)
+    assert result.returncode == 2 and "read-only" in result.stderr.lower()
+
+
+def test_run_json_prints_aggregates(sample_run):
+    root, _ = sample_run
+    result = cli("run", "data/runs/2026-11-02-dense", "--json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    [run] = doc["runs"]
+    hit = [a for a in run["aggregates"] if a["slice"] == "all" and a["metric"] == "hit_at_k" and a["k"] == 4]
+    assert hit[0]["n"] == 240 and 0 <= hit[0]["ci_low"] <= hit[0]["mean"] <= hit[0]["ci_high"] <= 1
+
+
+def test_malformed_record_exits_2_naming_file_line_and_reason(tmp_path):
+    good = json.dumps(case("a", [chunk("A::00", "A")], ["A"]))
+    write_run(tmp_path / "runs", "run-x", lines=[good, good.replace('"a"', '"b"'), '{"case_id": "c", "locale": "en"'])
+    result = cli("run", "runs", "--warehouse", "wh", "--report-dir", "rep", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "runs/run-x/cases.jsonl:3: not valid JSON" in result.stderr
+    assert "Traceback" not in result.stderr
+    allowed = cli("run", "runs", "--warehouse", "wh", "--report-dir", "rep", "--allow-rejects", cwd=tmp_path)
+    assert allowed.returncode == 0, allowed.stderr
+    assert "1 record(s) were rejected" in allowed.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "no-such-folder"], "no-such-folder: no such runs folder"),
+        (["run", "--ks", "1,x"], "--ks must be a comma-separated list of integers"),
+        (["run", "--k", "0"], "expected an integer >= 1"),
+        (["query", "select 1", "--warehouse", "nowhere"], "no catalog yet"),
+    ],
+)
+def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
+    result = cli(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr

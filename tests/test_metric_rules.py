@@ -1,0 +1,198 @@
+"""One test per metric rule of SPEC 2, each on a tiny fixture whose expected values are
+worked out by hand in the comments beside them."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from tests.conftest import case, chunk
+
+
+def log2(x: float) -> float:
+    return math.log(x, 2)
+
+
+def test_rule_2_1_card_identity_is_parent_id_else_id(evaluate_cases):
+    # Cards: A (parent of A::00), B (no parent_id), C::00 (empty parent_id → its own id).
+    retrieved = [chunk("A::00", "A"), chunk("B"), chunk("C::00", "")]
+    wh = evaluate_cases([
+        case("by-parent", retrieved, ["A"]),      # A is the card at rank 1
+        case("by-own-id", retrieved, ["C::00"]),  # C::00 is the card at rank 3
+        case("chunk-id-is-not-the-card", retrieved, ["A::00"]),  # A::00's card is A: no hit
+    ])
+    assert wh.metrics("by-parent", 4)["first_relevant_rank"] == 1
+    assert wh.metrics("by-own-id", 4)["first_relevant_rank"] == 3
+    assert wh.metrics("chunk-id-is-not-the-card", 4)["hit_at_k"] == 0.0
+    cards = wh.view("retrieved").filter(pl.col("case_id") == "by-parent").sort("rank")["card_id"].to_list()
+    assert cards == ["A", "B", "C::00"]
+
+
+def test_rule_2_2_rank_is_list_position_not_score(evaluate_cases):
+    # Scores rise down the list; the list order still ranks G first, so RR = 1/1.
+    retrieved = [chunk("G::00", "G", 0.1), chunk("X::00", "X", 0.5), chunk("Y::00", "Y", 0.9)]
+    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[1])
+    row = wh.metrics("c", 1)
+    assert row["hit_at_k"] == 1.0
+    assert row["reciprocal_rank_at_k"] == 1.0
+
+
+def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(evaluate_cases):
+    # SPEC example: [A::00, A::01, B::00, X::00], gold {X} → distinct cards A, B, X: X at rank 3.
+    retrieved = [chunk("A::00", "A"), chunk("A::01", "A"), chunk("B::00", "B"), chunk("X::00", "X")]
+    wh = evaluate_cases([case("c", retrieved, ["X"])], ks=[2, 3])
+    assert wh.metrics("c", 2)["hit_at_k"] == 0.0  # first 2 distinct cards: A, B
+    assert wh.metrics("c", 3)["hit_at_k"] == 1.0
+    assert wh.metrics("c", 4)["first_relevant_rank"] == 3
+    assert wh.metrics("c", 4)["reciprocal_rank_at_k"] == pytest.approx(1 / 3)
+    ranks = wh.view("retrieved").sort("rank")["card_rank"].to_list()
+    assert ranks == [1, None, 2, 3]  # the sibling A::01 has no card rank
+
+
+def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(evaluate_cases):
+    retrieved = [chunk("A::00", "A"), chunk("B::00", "B")]
+    wh = evaluate_cases([
+        # relevant_ids {B} overrides must_cite {Z}: hit at rank 2.
+        case("override", retrieved, ["Z"], relevant_ids=["B"]),
+        # relevant_ids null → must_cite_one_of {A}.
+        case("null-relevant", retrieved, ["A"], relevant_ids=None),
+        # gold [A, A, B] de-duplicates to {A, B}: recall@4 = 2 / 2.
+        case("dup-gold", retrieved, ["A", "A", "B"]),
+    ])
+    assert wh.metrics("override", 4)["first_relevant_rank"] == 2
+    assert wh.metrics("null-relevant", 4)["first_relevant_rank"] == 1
+    dup = wh.metrics("dup-gold", 4)
+    assert dup["n_gold"] == 2 and dup["recall_at_k"] == 1.0
+
+
+@pytest.mark.parametrize("gold_field", [{}, {"must_cite_one_of": None}, {"must_cite_one_of": []},
+                                        {"must_cite_one_of": ["A"], "relevant_ids": []}])
+def test_rule_2_4_empty_gold_contributes_no_rows(evaluate_cases, gold_field):
+    retrieved = [chunk("A::00", "A")]
+    wh = evaluate_cases([case("labelled", retrieved, ["A"]), case("unlabelled", retrieved, **gold_field)])
+    metrics = wh.view("case_metrics")
+    assert metrics["case_id"].unique().to_list() == ["labelled"]
+    assert wh.view("runs")["n_labelled"].to_list() == [1]
+    # The slice mean is over the labelled case only: 1.0, not 0.5 and not 1.0 over n=2.
+    hit_all = wh.view("aggregates").filter((pl.col("slice") == "all") & (pl.col("metric") == "hit_at_k"))
+    assert hit_all["mean"].to_list() == [1.0] and hit_all["n"].to_list() == [1]
+
+
+def test_rule_2_5_labelled_case_with_empty_retrieval_scores_zero_and_counts(evaluate_cases):
+    wh = evaluate_cases([
+        case("empty", [], ["A"]),
+        case("adversarial-with-gold", [chunk("A::00", "A")], ["A"], category="adversarial"),
+    ])
+    empty = wh.metrics("empty", 4)
+    assert [empty[m] for m in ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k")] == [0.0] * 5
+    assert empty["first_relevant_rank"] is None
+    assert wh.metrics("adversarial-with-gold", 4)["hit_at_k"] == 1.0
+    hit_all = wh.view("aggregates").filter((pl.col("slice") == "all") & (pl.col("metric") == "hit_at_k"))
+    assert hit_all.row(0, named=True)["n"] == 2 and hit_all.row(0, named=True)["mean"] == 0.5
+
+
+def test_rule_2_6_metric_formulas_by_hand(evaluate_cases):
+    # gold {A, B, C}; list A, X, B, Y (all distinct cards) at k = 4:
+    #   hits = 2 (A at 1, B at 3)      hit = 1      recall = 2/3      precision = 2/4
+    #   DCG  = 1/log2(2) + 1/log2(4) = 1 + 0.5 = 1.5
+    #   IDCG = 1/log2(2) + 1/log2(3) + 1/log2(4) = 2.130930
+    #   nDCG = 1.5 / 2.130930 = 0.703918      RR = 1/1
+    retrieved = [chunk("A::00", "A"), chunk("X::00", "X"), chunk("B::00", "B"), chunk("Y::00", "Y")]
+    wh = evaluate_cases([case("c", retrieved, ["A", "B", "C"])])
+    row = wh.metrics("c", 4)
+    assert row["hit_at_k"] == 1.0
+    assert row["recall_at_k"] == pytest.approx(2 / 3, abs=1e-12)
+    assert row["precision_at_k"] == pytest.approx(0.5, abs=1e-12)
+    assert row["ndcg_at_k"] == pytest.approx(1.5 / (1 + 1 / log2(3) + 0.5), abs=1e-12)
+    assert row["ndcg_at_k"] == pytest.approx(0.703918, abs=1e-6)
+    assert row["reciprocal_rank_at_k"] == 1.0
+    assert row["first_relevant_rank"] == 1
+
+
+def test_rule_2_6_precision_divides_by_k_even_when_fewer_were_retrieved(evaluate_cases):
+    # One card retrieved, and it is gold: P@4 = 1/4 (trec_eval P_k), not 1/1.
+    wh = evaluate_cases([case("c", [chunk("A::00", "A")], ["A"])])
+    assert wh.metrics("c", 4)["precision_at_k"] == 0.25
+
+
+def test_rule_2_6_ndcg_ideal_is_cut_at_k_so_never_above_one(evaluate_cases):
+    # 5 gold cards, k = 2, both top cards gold: DCG = IDCG = 1 + 1/log2(3) → nDCG = 1.0.
+    retrieved = [chunk(f"{c}::00", c) for c in "ABCDE"]
+    wh = evaluate_cases([case("c", retrieved, list("ABCDE"))], ks=[2])
+    assert wh.metrics("c", 2)["ndcg_at_k"] == pytest.approx(1.0, abs=1e-12)
+    assert wh.metrics("c", 2)["recall_at_k"] == pytest.approx(2 / 5)
+
+
+def test_rule_2_6_reciprocal_rank_is_zero_beyond_k_but_first_rank_is_kept(evaluate_cases):
+    retrieved = [chunk(f"{c}::00", c) for c in "XYZG"]
+    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[2])
+    row = wh.metrics("c", 2)
+    assert row["reciprocal_rank_at_k"] == 0.0
+    assert row["first_relevant_rank"] == 4  # "at which k does this case enter": the whole list
+
+
+def test_rule_2_7_headline_k_from_manifest_and_sweep_adds_rows(evaluate_cases):
+    retrieved = [chunk(f"{c}::00", c) for c in "XG"]
+    wh = evaluate_cases([case("c", retrieved, ["G"])], top_k=3, ks=[1, 5])
+    assert sorted(wh.view("case_metrics")["k"].to_list()) == [1, 3, 5]
+    assert wh.view("runs")["headline_k"].to_list() == [3]
+
+
+def test_rule_2_7_k_flag_overrides_manifest(evaluate_cases):
+    wh = evaluate_cases([case("c", [chunk("G::00", "G")], ["G"])], top_k=3, k=2)
+    assert wh.view("case_metrics")["k"].to_list() == [2]
+    assert wh.view("runs")["headline_k"].to_list() == [2]
+
+
+def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(evaluate_cases):
+    from flows.pipeline import read_report
+
+    # 2 distinct cards captured; k = 10 is computed on them (hit at rank 2) and flagged.
+    retrieved = [chunk("X::00", "X"), chunk("G::00", "G")]
+    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[10])
+    row = wh.metrics("c", 10)
+    assert row["hit_at_k"] == 1.0 and row["k_beyond_depth"] is True
+    assert row["precision_at_k"] == pytest.approx(0.1)
+    warnings = read_report(wh.warehouse, ["run-a"]).runs[0].warnings
+    assert any("k=10 is beyond the deepest capture" in w and "cannot show" in w for w in warnings)
+
+
+def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
+    # en: hits 1, 0; es-419: hit 1; one unlabelled case. all: mean 2/3, n = 3.
+    # Wilson 95% for 2/3 (z = 1.959964): centre (p + z²/2n)/(1 + z²/n) = 0.57313,
+    # half-width z·sqrt(p(1-p)/n + z²/4n²)/(1 + z²/n) = 0.36543 → [0.2077, 0.9385]
+    # (the textbook value for 2 successes in 3).
+    wh = evaluate_cases([
+        case("en-1", [chunk("A::00", "A")], ["A"], locale="en"),
+        case("en-2", [chunk("B::00", "B")], ["A"], locale="en", category="adversarial"),
+        case("es-1", [chunk("A::00", "A")], ["A"], locale="es-419"),
+        case("es-unlabelled", [chunk("A::00", "A")], None, locale="es-419"),
+    ])
+    agg = wh.view("aggregates").filter(pl.col("metric") == "hit_at_k")
+    def get(slice_, value):
+        return agg.filter((pl.col("slice") == slice_) & (pl.col("slice_value") == value)).row(0, named=True)
+    everything = get("all", "all")
+    assert everything["mean"] == pytest.approx(2 / 3) and everything["n"] == 3
+    assert everything["ci_low"] == pytest.approx(0.2077, abs=1e-4)
+    assert everything["ci_high"] == pytest.approx(0.9385, abs=1e-4)
+    assert get("locale", "en")["mean"] == 0.5 and get("locale", "en")["n"] == 2
+    assert get("locale", "es-419")["n"] == 1
+    assert get("category", "adversarial")["mean"] == 0.0
+    assert get("locale_category", "en/golden")["n"] == 1
+    assert set(agg["slice"].unique()) == {"all", "category", "locale", "locale_category"}
+
+
+def test_rule_2_9_vacuous_run_is_flagged(evaluate_cases):
+    from flows.pipeline import read_report
+
+    wh = evaluate_cases([case("a", [], ["A"]), case("b", [], ["B"]), case("u", [chunk("A::00", "A")])])
+    assert wh.view("runs")["vacuous"].to_list() == [True]
+    warnings = read_report(wh.warehouse, ["run-a"]).runs[0].warnings
+    assert any(w.startswith("VACUOUS RUN") for w in warnings)
+
+
+def test_rule_2_9_a_run_with_some_retrieval_is_not_vacuous(evaluate_cases):
+    wh = evaluate_cases([case("a", [], ["A"]), case("b", [chunk("X::00", "X")], ["B"])])
+    assert wh.view("runs")["vacuous"].to_list() == [False]
