@@ -40,6 +40,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retrieval-eval", description="Retrieval-only quality figures from stored RAG eval artifacts."
@@ -56,6 +66,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report")
     run.add_argument("--allow-rejects", action="store_true", help="load the valid records of a run with rejects")
     run.set_defaults(handler=cmd_run)
+
+    check = commands.add_parser("check-kb", help="every gold id resolves to a KB card (exit 1 if not)")
+    check.add_argument("runs", nargs="?", type=Path, default=config.RUNS)
+    check.add_argument("--kb", type=Path, default=config.KB)
+    check.set_defaults(handler=cmd_check_kb)
+
+    gate = commands.add_parser("gate", help="regression tolerance of a run against a baseline snapshot")
+    gate.add_argument("run_id")
+    gate.add_argument("--baseline", type=Path, default=config.BASELINE)
+    gate.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    gate.add_argument("--tolerance", type=fraction, default=config.TOLERANCE, help="allowed drop on `all`")
+    gate.add_argument("--locale-tolerance", type=fraction, default=config.LOCALE_TOLERANCE,
+                      help="allowed drop on each locale")
+    gate.add_argument("--min-hit", type=fraction, help="absolute floor for hit@k on `all` (off unless given)")
+    gate.add_argument("--min-recall", type=fraction, help="absolute floor for recall@k on `all` (off unless given)")
+    gate.set_defaults(handler=cmd_gate)
+
+    baseline = commands.add_parser("baseline", help="the committed baseline snapshot")
+    baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True)
+    refresh = baseline_commands.add_parser("refresh", help="write the snapshot of a run")
+    refresh.add_argument("run_id")
+    refresh.add_argument("--out", type=Path, default=config.BASELINE)
+    refresh.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    refresh.set_defaults(handler=cmd_baseline_refresh)
+    floors = baseline_commands.add_parser("floors", help="suggest --min-hit/--min-recall from the baseline")
+    floors.add_argument("--baseline", type=Path, default=config.BASELINE)
+    floors.add_argument("--margin", type=fraction, default=0.05, help="distance under the observed figure")
+    floors.set_defaults(handler=cmd_baseline_floors)
 
     query = commands.add_parser("query", help="SQL over the warehouse views (read-only)")
     query.add_argument("sql")
@@ -85,6 +123,63 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(render_terminal(report, colour=sys.stdout.isatty()))
         sys.stdout.write(f"\nReport written to {args.report_dir / 'report.md'}\n")
+    return EXIT_OK
+
+
+def cmd_check_kb(args: argparse.Namespace) -> int:
+    from flows.pipeline import load_manifests
+    from transforms.kb_check import gold_not_in_kb
+
+    offenders = gold_not_in_kb(args.kb, load_manifests(args.runs))
+    for row in offenders.iter_rows(named=True):
+        print(f"{row['run_id']}/{row['case_id']}: {row['field']} id {row['gold_id']!r} is not a card of {args.kb}")
+    if offenders.height:
+        print(f"check-kb: {offenders.height} gold id(s) do not resolve", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"check-kb: every gold id resolves to a card of {args.kb}")
+    return EXIT_OK
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from flows.gating import gate_run
+    from flows.warehouse import Warehouse
+    from transforms.report_render import render_gate
+
+    floors = {
+        metric: value
+        for metric, value in (("hit_at_k", args.min_hit), ("recall_at_k", args.min_recall))
+        if value is not None
+    }
+    result = gate_run(
+        Warehouse(args.warehouse),
+        args.run_id,
+        args.baseline,
+        tolerance=args.tolerance,
+        locale_tolerance=args.locale_tolerance,
+        floors=floors,
+    )
+    sys.stdout.write(render_gate(result, colour=sys.stdout.isatty()))
+    return EXIT_OK if result.passed else EXIT_FAILED
+
+
+def cmd_baseline_refresh(args: argparse.Namespace) -> int:
+    from flows.gating import refresh_baseline
+    from flows.warehouse import Warehouse
+
+    snapshot = refresh_baseline(Warehouse(args.warehouse), args.run_id, args.out)
+    print(f"baseline: wrote {args.out} from run {snapshot['run_id']} at k={snapshot['k']} "
+          f"({len(snapshot['cases'])} labelled cases)")
+    return EXIT_OK
+
+
+def cmd_baseline_floors(args: argparse.Namespace) -> int:
+    from transforms.baseline import read_snapshot
+    from transforms.gate import suggest_floors
+
+    snapshot = read_snapshot(args.baseline)
+    floors = suggest_floors(snapshot, args.margin)
+    print(f"# observed on `all` in {snapshot['run_id']} at k={snapshot['k']}, minus {args.margin}")
+    print(f"--min-hit {floors['hit_at_k']:.2f} --min-recall {floors['recall_at_k']:.2f}")
     return EXIT_OK
 
 

@@ -37,13 +37,13 @@ final as (
         category,
         k,
         n_gold,
-        case when len(hit_ranks) > 0 then 1.0 else 0.0 end as hit_at_k,
-        len(hit_ranks) / n_gold as recall_at_k,
-        coalesce(list_sum(list_transform(hit_ranks, lambda r: 1.0 / log2(r + 1))), 0.0)
-            / list_sum(list_transform(range(1, least(n_gold, k) + 1), lambda i: 1.0 / log2(i + 1)))
+        (len(hit_ranks) > 0)::double as hit_at_k,
+        (len(hit_ranks) / n_gold)::double as recall_at_k,
+        (coalesce(list_sum(list_transform(hit_ranks, lambda r: 1 / log2(r + 1))), 0)
+            / list_sum(list_transform(range(1, least(n_gold, k) + 1), lambda i: 1 / log2(i + 1))))::double
             as ndcg_at_k,
-        len(hit_ranks) / k as precision_at_k,
-        case when len(hit_ranks) > 0 then 1.0 / hit_ranks[1] else 0.0 end as reciprocal_rank_at_k,
+        (len(hit_ranks) / k)::double as precision_at_k,
+        coalesce(1 / hit_ranks[1], 0)::double as reciprocal_rank_at_k,
         relevant_ranks[1] as first_relevant_rank,
         n_cards < k as k_beyond_depth
     from per_cutoff

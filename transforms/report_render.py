@@ -37,7 +37,8 @@ def fmt_with_ci(row: dict | None) -> str:
 
 
 def fmt_delta(delta: float | None) -> str:
-    return "" if delta is None else f"{delta:+.3f}"
+    # round first so that float noise prints as +0.000, never -0.000
+    return "" if delta is None else f"{round(delta, 3) + 0.0:+.3f}"
 
 
 def slice_table(run: RunReport, slices: tuple[str, ...], with_ci: bool) -> Table:
@@ -223,3 +224,61 @@ def render_json(report: Report) -> str:
 
 def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
+
+
+def gate_table(result) -> Table:
+    """Every gated metric and slice: baseline, current, delta with its paired interval, n."""
+    header = ["slice", "metric", "baseline", "current", "delta", "paired 95% CI", "n base", "n now", "tolerance", ""]
+    rows = []
+    for line in result.lines:
+        ci = "—" if line.delta_ci is None else f"{fmt_delta(line.delta_ci[0])} … {fmt_delta(line.delta_ci[1])}"
+        status = "FAIL" if line.failed else ("ok" if line.tolerance is not None else "")
+        rows.append([
+            "all" if line.slice == "all" else f"{line.slice} {line.slice_value}",
+            line.metric,
+            fmt(line.baseline),
+            fmt(line.current),
+            fmt_delta(line.delta) or "—",
+            ci,
+            str(line.n_baseline),
+            str(line.n_current),
+            "—" if line.tolerance is None else f"{line.tolerance:.2f}",
+            status,
+        ])
+    return Table(header, rows, align_right_from=2)
+
+
+def render_gate(result, colour: bool = False) -> str:
+    red = (lambda s: f"{RED}{s}{RESET}") if colour else (lambda s: s)
+    green = (lambda s: f"{GREEN}{s}{RESET}") if colour else (lambda s: s)
+    table = gate_table(result)
+    colours = {(i, len(table.header) - 1): RED for i, line in enumerate(result.lines) if line.failed} if colour else {}
+    out = [
+        f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}",
+        "",
+        layout_text(table, colours),
+        "",
+    ]
+    for floor in result.floors:
+        now = "missing" if floor.current is None else f"{floor.current:.3f}"
+        out.append(f"floor {floor.metric} ≥ {floor.floor}: {now} {'FAIL' if floor.failed else 'ok'}")
+    for title, cases in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
+        out.append(f"{len(cases)} case(s) flipped {title}" + (":" if cases else ""))
+        out += [f"  {c['case_id']} ({c['locale']}, {c['category']})" for c in cases]
+    if result.added or result.removed:
+        out.append(f"{len(result.added)} case(s) added since the baseline, {len(result.removed)} removed "
+                   "(paired figures use the cases in both)")
+        out += [f"  + {case_id}" for case_id in result.added] + [f"  - {case_id}" for case_id in result.removed]
+    out += [f"note: {warning}" for warning in result.warnings]
+    out.append("")
+    if result.passed:
+        out.append(green("PASS"))
+        if result.improved:
+            out.append(
+                "Improved beyond tolerance: consider `retrieval-eval baseline refresh "
+                f"{result.run_id}` so the gate guards the new level."
+            )
+    else:
+        out.append(red("FAIL"))
+        out += [f"  - {reason}" for reason in result.failures]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,210 @@
+"""The regression gate and the baseline snapshot (SPEC 8) on fixtures whose outcome is
+obvious by construction: 100 en + 100 es-419 cases, one gold card each, 80 hits per locale
+in the baseline (hit = recall = nDCG = RR per case, so every gated metric moves together)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from flows.gating import gate_run, refresh_baseline
+from flows.pipeline import EvaluationOptions, evaluate
+from flows.warehouse import Warehouse
+from tests.conftest import case, chunk, write_run
+from transforms.gate import suggest_floors
+
+LOCALES = ("en", "es-419")
+N_PER_LOCALE, HITS_PER_LOCALE = 100, 80
+
+
+def cases(misses_added: dict[str, int] | None = None, hits_added: dict[str, int] | None = None,
+          locales=LOCALES, drop=(), extra=(), empty=False) -> list[dict]:
+    """Baseline cases, with `misses_added[locale]` former hits turned into misses, etc."""
+    out = []
+    for locale in locales:
+        for i in range(N_PER_LOCALE):
+            case_id = f"{locale}-{i:03d}"
+            if case_id in drop:
+                continue
+            hit = i < HITS_PER_LOCALE
+            if hit and i >= HITS_PER_LOCALE - (misses_added or {}).get(locale, 0):
+                hit = False
+            if not hit and i < HITS_PER_LOCALE + (hits_added or {}).get(locale, 0) and i >= HITS_PER_LOCALE:
+                hit = True
+            retrieved = [] if empty else [chunk("G::00" if hit else "X::00", "G" if hit else "X"), chunk("Y::00", "Y")]
+            out.append(case(case_id, retrieved, ["G"], locale=locale))
+    out += [case(case_id, [chunk("G::00", "G")], ["G"], locale="en") for case_id in extra]
+    return out
+
+
+@pytest.fixture
+def gate(tmp_path):
+    """Gate a candidate (given as cases) against a baseline refreshed from the baseline cases."""
+    warehouse = Warehouse(tmp_path / "wh")
+    runs = tmp_path / "runs"
+    write_run(runs, "base", cases(), created_at="2026-11-01T00:00:00Z")
+    evaluate(EvaluationOptions(runs=runs / "base", warehouse=warehouse.root))
+    baseline = tmp_path / "baseline.json"
+    refresh_baseline(warehouse, "base", baseline)
+
+    def run(candidate: list[dict], **options):
+        write_run(runs, "cand", candidate, created_at="2026-11-02T00:00:00Z")
+        evaluate(EvaluationOptions(runs=runs / "cand", warehouse=warehouse.root))
+        settings = {"tolerance": 0.05, "locale_tolerance": 0.08, "floors": {}} | options
+        return gate_run(warehouse, "cand", baseline, **settings)
+
+    run.baseline = baseline
+    run.warehouse = warehouse
+    return run
+
+
+def failing(result) -> set[tuple[str, str, str]]:
+    return {(line.slice, line.slice_value, line.metric) for line in result.lines if line.failed}
+
+
+def test_identical_candidate_passes(gate):
+    result = gate(cases())
+    assert result.passed and not result.improved
+    assert result.to_miss == [] and result.to_hit == []
+    all_hit = next(l for l in result.lines if (l.slice, l.metric) == ("all", "hit_at_k"))
+    assert all_hit.delta == 0 and all_hit.delta_ci == (0.0, 0.0) and all_hit.n_baseline == 200
+
+
+def test_drop_just_over_the_all_tolerance_fails(gate):
+    # 6 + 5 hits lost of 200: all drops 0.055 > 0.05; en 0.06 and es 0.05 stay within 0.08.
+    result = gate(cases(misses_added={"en": 6, "es-419": 5}))
+    assert failing(result) == {("all", "all", m) for m in ("hit_at_k", "recall_at_k", "ndcg_at_k")}
+    assert len(result.to_miss) == 11
+
+
+def test_drop_just_under_the_all_tolerance_passes(gate):
+    # 5 + 4 of 200: all drops 0.045.
+    assert gate(cases(misses_added={"en": 5, "es-419": 4})).passed
+
+
+def test_locale_only_drop_fails_on_that_locale(gate):
+    # 9 of en's 100: en drops 0.09 > 0.08, all drops 0.045 < 0.05.
+    result = gate(cases(misses_added={"en": 9}))
+    assert failing(result) == {("locale", "en", m) for m in ("hit_at_k", "recall_at_k", "ndcg_at_k")}
+    assert {c["locale"] for c in result.to_miss} == {"en"}
+
+
+def test_drop_exactly_at_the_locale_tolerance_passes(gate):
+    # 8 of 100: en drops exactly 0.08, which is not below baseline − 0.08.
+    assert gate(cases(misses_added={"en": 8})).passed
+
+
+def test_a_slice_missing_now_fails(gate):
+    result = gate(cases(locales=("en",)))
+    assert ("locale", "es-419", "hit_at_k") in failing(result)
+    assert any("slice missing" in reason for reason in result.failures)
+    assert len(result.removed) == 100
+
+
+def test_floors_are_off_unless_given(gate):
+    candidate = cases()
+    assert gate(candidate).passed
+    assert gate(candidate, floors={"hit_at_k": 0.75, "recall_at_k": 0.75}).passed
+    result = gate(candidate, floors={"hit_at_k": 0.85})
+    assert not result.passed and any("below the floor 0.85" in r for r in result.failures)
+
+
+def test_improvement_passes_and_suggests_a_refresh(gate):
+    from transforms.report_render import render_gate
+
+    result = gate(cases(hits_added={"en": 15, "es-419": 15}))
+    assert result.passed and result.improved
+    assert len(result.to_hit) == 30
+    assert "consider `retrieval-eval baseline refresh cand`" in render_gate(result)
+
+
+def test_vacuous_run_fails_with_that_word(gate):
+    result = gate(cases(empty=True))
+    assert not result.passed
+    assert result.failures[0].startswith("VACUOUS")
+
+
+def test_cases_added_and_removed_are_listed_and_pairing_uses_the_shared_ones(gate):
+    result = gate(cases(drop={"en-000", "es-419-099"}, extra=("en-new",)))
+    assert result.added == ["en-new"] and result.removed == ["en-000", "es-419-099"]
+    all_hit = next(l for l in result.lines if (l.slice, l.metric) == ("all", "hit_at_k"))
+    assert all_hit.n_current == 199 and all_hit.delta_ci == (0.0, 0.0)
+
+
+def test_small_slices_warn_that_the_tolerance_is_not_detectable(gate):
+    # n = 100 at p = 0.8: sampling noise ±0.078 < 0.08 per locale; all (n = 200) is ±0.055 > 0.05.
+    warnings = gate(cases()).warnings
+    assert any(w.startswith("all=all: n=200 is too small") for w in warnings)
+    assert not any(w.startswith("locale=") for w in warnings)
+
+
+def test_refresh_is_byte_identical_from_the_same_run(gate, tmp_path):
+    again = tmp_path / "again.json"
+    refresh_baseline(gate.warehouse, "base", again)
+    assert again.read_bytes() == gate.baseline.read_bytes()
+    # A fresh warehouse built from the same artifacts gives the same bytes too.
+    evaluate(EvaluationOptions(runs=tmp_path / "runs" / "base", warehouse=tmp_path / "wh2"))
+    fresh = tmp_path / "fresh.json"
+    refresh_baseline(Warehouse(tmp_path / "wh2"), "base", fresh)
+    assert fresh.read_bytes() == gate.baseline.read_bytes()
+    snapshot = json.loads(fresh.read_text())
+    assert snapshot["source"]["artifact_digest"].startswith("sha256:")
+    assert len(snapshot["cases"]) == 200
+
+
+def test_a_snapshot_the_metric_code_no_longer_reproduces_fails_plainly(gate):
+    snapshot = json.loads(gate.baseline.read_text())
+    snapshot["cases"]["en-000"]["hit_at_k"] = 0.0
+    gate.baseline.write_text(json.dumps(snapshot))
+    result = gate(cases())
+    assert not result.passed
+    assert "recomputed now, differs from its snapshot in 1 case(s) (first: en-000)" in result.reproduction_error
+
+
+def test_floor_suggestion_is_observed_minus_margin(gate):
+    snapshot = json.loads(gate.baseline.read_text())
+    # Baseline hit on all = 160 / 200 = 0.80 → 0.80 − 0.05 = 0.75.
+    assert suggest_floors(snapshot, 0.05) == {"hit_at_k": 0.75, "recall_at_k": 0.75}
+
+
+def cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_gate_cli_exit_codes(gate, tmp_path):
+    gate(cases(misses_added={"en": 9}))
+    common = ["--warehouse", str(gate.warehouse.root), "--baseline", str(gate.baseline)]
+    failed = cli("gate", "cand", *common, cwd=tmp_path)
+    assert failed.returncode == 1 and "FAIL" in failed.stdout and "en-079 (en, golden)" in failed.stdout
+    passed = cli("gate", "cand", *common, "--locale-tolerance", "0.1", cwd=tmp_path)
+    assert passed.returncode == 0 and "PASS" in passed.stdout
+    missing = cli("gate", "nope", *common, cwd=tmp_path)
+    assert missing.returncode == 2 and "'nope' is not in the warehouse" in missing.stderr
+    no_baseline = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", "none.json", cwd=tmp_path)
+    assert no_baseline.returncode == 2 and "no baseline" in no_baseline.stderr
+
+
+def test_check_kb_lists_each_offending_case_and_id(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "run-a", [
+        case("ok", [], ["card-a"]),
+        case("bad", [], ["card-a", "card-gone"], relevant_ids=["card-also-gone"]),
+    ])
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text(json.dumps({"id": "card-a", "title": "A"}) + "\n")
+    result = cli("check-kb", str(runs), "--kb", str(kb), cwd=tmp_path)
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"run-a/bad: must_cite_one_of id 'card-gone' is not a card of {kb}",
+        f"run-a/bad: relevant_ids id 'card-also-gone' is not a card of {kb}",
+    ]
+
+
+def test_check_kb_passes_on_the_committed_sample(tmp_path):
+    from tests.conftest import REPO
+
+    result = cli("check-kb", cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -1,0 +1,43 @@
+"""Dataset integrity: every gold id of every run resolves to a card of the knowledge base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+import sql
+from transforms import engine
+from transforms.errors import InputError
+from transforms.manifest import Manifest
+
+
+def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
+    """One row per (run, case, field, gold id) that is not a KB card id."""
+    if not kb.is_file():
+        raise InputError(f"{kb}: no such knowledge base file")
+    con = engine.connect()
+    try:
+        con.execute("create temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
+    except duckdb.Error as error:
+        raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
+    n_missing, n_repeated = con.execute(
+        "select count(*) filter (where id is null or id = ''), count(id) - count(distinct id) from kb_cards"
+    ).fetchone()
+    if n_missing or n_repeated:
+        raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
+    con.execute(
+        "create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)"
+    )
+    for manifest in manifests:
+        try:
+            con.execute(
+                "insert into gold_ids " + sql.load("gold_ids"),
+                {"path": str(manifest.cases_file), "run_id": manifest.run_id},
+            )
+        except duckdb.Error:
+            raise InputError(
+                f"{manifest.cases_file}: has malformed records; `retrieval-eval run` names them by line"
+            ) from None
+    return con.sql(sql.load("gold_not_in_kb")).pl()
