@@ -30,24 +30,23 @@ def parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
+def bounded(cast, low, high, expected: str):
+    """An argparse type: `cast(text)` within [low, high], else a usage error (exit 2)."""
+
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
+positive_int = bounded(int, 1, float("inf"), "an integer >= 1")
+fraction = bounded(float, 0.0, 1.0, "a number in [0, 1]")
 
 
 def build_parser() -> argparse.ArgumentParser:

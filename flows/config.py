@@ -12,6 +12,3 @@ BASELINE = Path("data/baselines/baseline.json")
 
 TOLERANCE = 0.05
 LOCALE_TOLERANCE = 0.08
-GATED_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
-
-NIGHTLY_CRON = "0 2 * * *"

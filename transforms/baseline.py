@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from transforms.case_metrics import METRICS
-from transforms.errors import InputError
+from transforms.errors import InputError, read_json_file
 
 FORMAT_VERSION = 1
 FLOAT_PLACES = 10
@@ -86,12 +86,9 @@ def write_snapshot(snapshot: dict, path: Path) -> None:
 
 
 def read_snapshot(path: Path) -> dict:
-    try:
-        snapshot = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: no baseline (write one with `retrieval-eval baseline refresh RUN_ID`)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`")
+    if not isinstance(snapshot, dict):
+        raise InputError(f"{path}: not a baseline snapshot (not a JSON object)")
     missing = [key for key in ("run_id", "k", "aggregates", "cases") if key not in snapshot]
     if missing:
         raise InputError(f"{path}: not a baseline snapshot (missing {', '.join(missing)})")

@@ -102,7 +102,9 @@ def _read_clean(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
             "create temp table raw_cases as " + sql.load("raw_cases"),
             {"path": str(path), "max_object_size": MAX_RECORD_BYTES},
         )
-    except duckdb.Error:  # malformed JSON, wrong shapes: the line-by-line pass names them
+    except (duckdb.Error, UnicodeDecodeError):
+        # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
+        # raises UnicodeDecodeError when its message quotes a line cut inside a character.
         return False
     n_bad, n_repeated = con.execute(sql.load("raw_case_problems")).fetchone()
     return n_bad == 0 and n_repeated == 0

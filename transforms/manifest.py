@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from transforms.errors import InputError
+from transforms.errors import InputError, read_json_file
 
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
 CASE_FILE_NAMES = ("cases.jsonl", "cases.jsonl.gz")
@@ -44,12 +43,7 @@ def is_safe_run_id(run_id: object) -> bool:
 def load_manifest(run_dir: Path) -> Manifest:
     """Read and check `run_dir/manifest.json`; raise InputError naming file and field."""
     path = run_dir / "manifest.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing (every run folder needs a manifest.json)") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+    data = read_json_file(path, "every run folder needs a manifest.json")
     if not isinstance(data, dict):
         raise InputError(f"{path}: must hold a JSON object")
 
