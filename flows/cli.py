@@ -216,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as error:
         print(f"retrieval-eval: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as error:  # disk full, read-only or missing folders: the environment, said plainly
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"retrieval-eval: {where}{error.strerror or error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
 

@@ -23,6 +23,7 @@ from prefect import flow, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
+from prefect.schedules import Cron
 from prefect.settings import (
     PREFECT_API_URL,
     PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
@@ -349,14 +350,21 @@ def serve(
     tolerance: float = config.TOLERANCE,
     locale_tolerance: float = config.LOCALE_TOLERANCE,
     floors: dict[str, float] | None = None,
+    timezone: str = "UTC",
 ) -> None:
-    """Serve the `nightly` deployment from this process until interrupted (needs a Prefect server)."""
+    """Serve the `nightly` deployment from this process until interrupted.
+
+    Against PREFECT_API_URL when set (a `prefect server start` keeps the schedule and the
+    history); otherwise against a temporary server that lives only as long as this process.
+    """
     parameters = flow_parameters(options or EvaluationOptions(), baseline, tolerance, locale_tolerance, floors)
     with quiet_settings():
-        runner = make_task_runner(task_runner, dask_address, PREFECT_API_URL.value())
-        evaluate_flow.with_options(task_runner=runner).serve(
-            name=DEPLOYMENT_NAME, cron=cron, parameters=parameters
-        )
+        api_url = ensure_api_url()
+        runner = make_task_runner(task_runner, dask_address, api_url)
+        with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
+            evaluate_flow.with_options(task_runner=runner).serve(
+                name=DEPLOYMENT_NAME, schedules=[Cron(cron, timezone=timezone)], parameters=parameters
+            )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 CATALOG_NAME = "catalog.duckdb"
 LOCK_NAME = ".lock"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
-READ_RETRY_S = 10.0
+CATALOG_WAIT_S = 30.0  # how long to wait for another process's hold on the catalog file
 
 
 class WarehouseBusy(InputError):
@@ -70,15 +71,19 @@ class Warehouse:
                         ) from None
                     time.sleep(0.2)
             try:
+                self.remove_unreferenced()  # leftovers of a writer that was killed
                 yield
             finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+                try:
+                    self.remove_unreferenced()  # parts of this writer that never got committed
+                finally:
+                    fcntl.flock(handle, fcntl.LOCK_UN)
 
     def commit(self, parts: dict[tuple[str, str], Path]) -> None:
         """Point the catalog at `parts` ((table, run_id) → file) in one transaction."""
         for path in parts.values():
             _fsync(path)
-        con = duckdb.connect(str(self.catalog_path))
+        con = self.connect(read_only=False, create=True)
         try:
             con.execute("begin transaction")
             con.execute(
@@ -114,21 +119,24 @@ class Warehouse:
             return {self.root / row[0] for row in con.execute("select path from _partitions").fetchall()}
 
     def remove_unreferenced(self) -> None:
-        """Delete part files no view points at: superseded ones, and leftovers of a crash."""
+        """Delete what no view points at: superseded parts, and parts and scratch folders
+        of a writer that failed or was killed. Only called under the writer lock."""
         keep = self.referenced()
         for table in TABLES:
-            for part in (self.root / table).glob("run_id=*/part-*.parquet"):
-                if part not in keep:
-                    part.unlink(missing_ok=True)
             for folder in (self.root / table).glob("run_id=*"):
-                if folder.is_dir() and not any(folder.iterdir()):
+                for entry in folder.iterdir():
+                    if entry.is_dir():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    elif entry not in keep:
+                        entry.unlink(missing_ok=True)
+                if not any(folder.iterdir()):
                     folder.rmdir()
 
-    def connect(self, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-        """A connection to the catalog; read-only waits briefly while a writer commits."""
-        if not self.catalog_path.exists():
+    def connect(self, read_only: bool = True, create: bool = False) -> duckdb.DuckDBPyConnection:
+        """A connection to the catalog; waits briefly while another process holds it."""
+        if not create and not self.catalog_path.exists():
             raise InputError(f"{self.catalog_path}: no catalog yet (run `retrieval-eval run` first)")
-        deadline = time.monotonic() + READ_RETRY_S
+        deadline = time.monotonic() + CATALOG_WAIT_S
         while True:
             try:
                 return duckdb.connect(str(self.catalog_path), read_only=read_only)

@@ -21,6 +21,13 @@ from transforms.errors import InputError, Reject
 from transforms.manifest import Manifest
 from transforms.records import MAX_RECORD_BYTES, split_records
 
+# DuckDB's reader refuses a record past about twice its maximum_object_size (its read
+# buffer; the setting has a floor of 16 MiB, so about 32 MiB here). That is below
+# MAX_RECORD_BYTES, so any line the fast path could mis-measure falls to the line-by-line
+# pass, which rejects exactly the lines over MAX_RECORD_BYTES; the clean copy is then read
+# with a buffer large enough for every line that passed.
+FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
+
 REJECTS_SCHEMA = {
     "run_id": pl.String,
     "source_file": pl.String,
@@ -59,10 +66,12 @@ def ingest_cases(
     """Validate and load one run's cases file into Parquet at the given paths."""
     source = manifest.cases_file
     display_name = display_name or str(source)
-    with tempfile.TemporaryDirectory(prefix="ingest-", dir=cases_path.parent) as scratch:
+    # Scratch (DuckDB spill, the clean copy) sits beside the part: the same disk, and the
+    # warehouse removes it if this process is killed.
+    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=cases_path.parent) as scratch:
         con = engine.connect(spill_dir=Path(scratch))
         rejects: list[Reject] = []
-        if not _read_clean(con, source):
+        if not _read_clean(con, source, FAST_PATH_OBJECT_LIMIT):
             clean = Path(scratch) / "clean.jsonl"
             with open(clean, "wb") as clean_out:
                 account = split_records(source, display_name, clean_out)
@@ -72,7 +81,7 @@ def ingest_cases(
             if rejects and not allow_rejects:
                 write_rejects(manifest.run_id, rejects, rejects_path)
                 return IngestedRun(manifest.run_id, None, None, rejects_path, 0, 0, rejects)
-            if not _read_clean(con, clean):
+            if not _read_clean(con, clean, MAX_RECORD_BYTES):
                 raise RuntimeError(f"{display_name}: valid records failed the SQL checks")
         n_cases = con.execute("select count(*) from raw_cases").fetchone()[0]
         if n_cases == 0 and not rejects:
@@ -94,13 +103,13 @@ def ingest_cases(
     )
 
 
-def _read_clean(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
+def _read_clean(con: duckdb.DuckDBPyConnection, path: Path, object_limit: int) -> bool:
     """Load `path` into temp table raw_cases; False when any record breaks a rule."""
     con.execute("drop table if exists raw_cases")
     try:
         con.execute(
             "create temp table raw_cases as " + sql.load("raw_cases"),
-            {"path": str(path), "max_object_size": MAX_RECORD_BYTES},
+            {"path": str(path), "max_object_size": object_limit},
         )
     except (duckdb.Error, UnicodeDecodeError):
         # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
