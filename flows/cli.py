@@ -10,6 +10,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,16 @@ positive_int = bounded(int, 1, float("inf"), "an integer >= 1")
 fraction = bounded(float, 0.0, 1.0, "a number in [0, 1]")
 
 
+def add_orchestration_arguments(parser: argparse.ArgumentParser, tracked_flag: bool = True) -> None:
+    if tracked_flag:
+        parser.add_argument(
+            "--prefect", action="store_true",
+            help="a tracked Prefect flow run (also when PREFECT_API_URL is set)",
+        )
+    parser.add_argument("--task-runner", choices=("thread", "dask"), default="thread")
+    parser.add_argument("--dask-address", help="scheduler of an existing Dask cluster (implies --task-runner dask)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retrieval-eval", description="Retrieval-only quality figures from stored RAG eval artifacts."
@@ -64,7 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
     run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report")
     run.add_argument("--allow-rejects", action="store_true", help="load the valid records of a run with rejects")
+    run.add_argument("--baseline", type=Path, help="baseline snapshot drawn as reference lines in the trend chart")
+    add_orchestration_arguments(run)
     run.set_defaults(handler=cmd_run)
+
+    serve = commands.add_parser("serve", help="serve the nightly Prefect deployment (cron) until interrupted")
+    serve.add_argument("runs", nargs="?", type=Path, default=config.RUNS)
+    serve.add_argument("--cron", default=config.NIGHTLY_CRON, help="schedule, cron syntax (default nightly 02:00 UTC)")
+    serve.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    serve.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
+    serve.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
+    serve.add_argument("--baseline", type=Path, help="gate the newest run against this snapshot each night")
+    add_orchestration_arguments(serve, tracked_flag=False)
+    serve.set_defaults(handler=cmd_serve)
 
     check = commands.add_parser("check-kb", help="every gold id resolves to a KB card (exit 1 if not)")
     check.add_argument("runs", nargs="?", type=Path, default=config.RUNS)
@@ -115,8 +138,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         ks=args.ks,
         allow_rejects=args.allow_rejects,
     )
-    run_ids = evaluate(options)
-    report = write_report(read_report(Warehouse(args.warehouse), run_ids), args.report_dir)
+    # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
+    tracked = args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
+    if tracked:
+        from flows.prefect_flows import run_tracked
+
+        outcome = run_tracked(options, args.task_runner, args.dask_address, baseline=args.baseline)
+        report = read_report(Warehouse(args.warehouse), outcome.run_ids)  # the flow wrote report.md
+    else:
+        run_ids = evaluate(options)
+        report = write_report(read_report(Warehouse(args.warehouse), run_ids), args.report_dir, baseline=args.baseline)
     if args.json:
         sys.stdout.write(render_json(report))
     else:
@@ -179,6 +210,16 @@ def cmd_baseline_floors(args: argparse.Namespace) -> int:
     floors = suggest_floors(snapshot, args.margin)
     print(f"# observed on `all` in {snapshot['run_id']} at k={snapshot['k']}, minus {args.margin}")
     print(f"--min-hit {floors['hit_at_k']:.2f} --min-recall {floors['recall_at_k']:.2f}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from flows.pipeline import EvaluationOptions
+    from flows.prefect_flows import serve
+
+    options = EvaluationOptions(runs=args.runs, warehouse=args.warehouse, report_dir=args.report_dir, ks=args.ks)
+    print(f"serving the nightly deployment ({args.cron}); Ctrl-C to stop", file=sys.stderr)
+    serve(args.cron, options, args.task_runner, args.dask_address, args.baseline)
     return EXIT_OK
 
 

@@ -12,3 +12,5 @@ BASELINE = Path("data/baselines/baseline.json")
 
 TOLERANCE = 0.05
 LOCALE_TOLERANCE = 0.08
+
+NIGHTLY_CRON = "0 2 * * *"  # the served deployment's schedule (UTC)

@@ -12,6 +12,12 @@ from transforms.errors import InputError
 from transforms.gate import GateResult, compare
 
 
+def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, float]:
+    """The absolute floors that were given: each is off unless set."""
+    given = (("hit_at_k", min_hit), ("recall_at_k", min_recall))
+    return {metric: value for metric, value in given if value is not None}
+
+
 def read_run(warehouse: Warehouse, run_id: str, k: int | None = None) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
     """The `runs` row, aggregates and case_metrics of one run at k (default: its headline k)."""
     with warehouse.connect() as con:

@@ -19,7 +19,8 @@ from transforms.errors import Reject, RejectedRecords
 from transforms.ingest import ingest_cases
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.report import Report, build_report
-from transforms.report_render import render_markdown
+from transforms.baseline import baseline_reference, read_snapshot
+from transforms.report_render import render_html, render_markdown
 from transforms.run_summary import run_summary
 
 
@@ -119,12 +120,18 @@ def read_report(warehouse: Warehouse, run_ids: list[str]) -> Report:
     return build_report(runs, aggregates, case_metrics)
 
 
-def write_report(report: Report, report_dir: Path, charts: bool = True) -> Report:
-    """report.md with its charts in `report_dir`; returns the report with chart names set."""
+def write_report(
+    report: Report, report_dir: Path, charts: bool = True, baseline: Path | None = None
+) -> Report:
+    """report.md and report.html with their charts in `report_dir`; returns the report
+    with chart names set. A baseline snapshot adds its figures to the trend chart."""
     report_dir.mkdir(parents=True, exist_ok=True)
     if charts:
         from transforms.charts import write_charts
 
-        report = replace(report, charts=write_charts(report, report_dir))
+        reference = baseline_reference(read_snapshot(baseline)) if baseline else None
+        report = replace(report, charts=write_charts(report, report_dir, reference))
     (report_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    images = {name: (report_dir / name).read_bytes() for name in report.charts.values()}
+    (report_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
     return report

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from prefect.settings import (
 )
 
 from flows import config
-from flows.gating import gate_run
+from flows.gating import floors_from, gate_run
 from flows.pipeline import (
     EvaluationOptions,
     RunParts,
@@ -54,7 +54,6 @@ from transforms.report_render import gate_table, render_markdown
 
 FLOW_NAME = "retrieval-eval"
 DEPLOYMENT_NAME = "nightly"
-NIGHTLY_CRON = "0 2 * * *"
 REPORT_ARTIFACT = "retrieval-eval-report"
 HEADLINE_ARTIFACT = "retrieval-eval-headline"
 FOLDER_ARTIFACT = "retrieval-eval-report-folder"
@@ -118,13 +117,17 @@ def commit_task(warehouse: str, results: list[RunParts]) -> None:
 
 
 @task(name="report", cache_policy=NO_CACHE)
-def report_task(warehouse: str, run_ids: list[str], report_dir: str, charts: bool = True) -> str:
+def report_task(
+    warehouse: str, run_ids: list[str], report_dir: str, charts: bool = True, baseline: str | None = None
+) -> str:
     """report.md (and charts) in `report_dir`, and the report as Prefect artifacts."""
     folder = Path(report_dir).absolute()
-    report = write_report(read_report(Warehouse(Path(warehouse)), run_ids), folder, charts=charts)
+    report = write_report(
+        read_report(Warehouse(Path(warehouse)), run_ids), folder, charts=charts, baseline=Path(baseline) if baseline else None
+    )
     # The UI cannot show the report folder's images: the artifact keeps the tables only.
     create_markdown_artifact(
-        markdown=render_markdown(replace(report, charts={})),
+        markdown=render_markdown(report, with_images=False),
         key=REPORT_ARTIFACT,
         description="Retrieval evaluation report (tables; charts are in the report folder)",
     )
@@ -204,15 +207,11 @@ def evaluate_flow(
     if error is not None:
         raise error
     run_ids = [result.run_id for result in results]
-    report_path = report_task(str(store.root), run_ids, report_dir, charts)
+    report_path = report_task(str(store.root), run_ids, report_dir, charts, baseline)
     if baseline is None or not manifests:
         return FlowOutcome(run_ids, report_path)
     latest = max(manifests, key=lambda m: m.created_at).run_id
-    floors = {
-        metric: value
-        for metric, value in (("hit_at_k", min_hit), ("recall_at_k", min_recall))
-        if value is not None
-    }
+    floors = floors_from(min_hit, min_recall)
     passed = gate_task(str(store.root), latest, baseline, tolerance, locale_tolerance, floors)
     return FlowOutcome(run_ids, report_path, latest, passed)
 
@@ -341,7 +340,7 @@ def run_tracked(
 
 
 def serve(
-    cron: str = NIGHTLY_CRON,
+    cron: str = config.NIGHTLY_CRON,
     options: EvaluationOptions | None = None,
     task_runner: str = "thread",
     dask_address: str | None = None,

@@ -103,3 +103,8 @@ def snapshot_case_metrics(snapshot: dict) -> pl.DataFrame:
     schema = {"case_id": pl.String, "locale": pl.String, "category": pl.String, "n_gold": pl.Int64}
     schema |= {metric: pl.Float64 for metric in METRICS} | {"first_relevant_rank": pl.Int64}
     return pl.DataFrame(rows, schema=schema)
+
+
+def baseline_reference(snapshot: dict) -> dict[str, float]:
+    """The snapshot's figures on slice `all`, metric → mean (reference lines in charts)."""
+    return {row["metric"]: row["mean"] for row in snapshot["aggregates"] if row["slice"] == "all"}

@@ -54,6 +54,7 @@ class Report:
     runs: list[RunReport]  # ordered by created_at
     never_hit: pl.DataFrame  # latest run: labelled cases with no gold card in the whole capture
     entry_ranks: pl.DataFrame  # latest run: first_relevant_rank distribution at the headline k
+    changed: pl.DataFrame  # cases whose hit@k differs between the two most recent runs
     charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in report dir
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
@@ -97,7 +98,36 @@ def build_report(runs: pl.DataFrame, aggregates: pl.DataFrame, case_metrics: pl.
         .agg(pl.len().alias("n_cases"))
         .sort("first_relevant_rank", nulls_last=True)
     )
-    return Report(run_reports, never_hit, entry_ranks)
+    changed = changed_cases(case_metrics, run_reports[-2:]) if len(run_reports) > 1 else _no_changes()
+    return Report(run_reports, never_hit, entry_ranks, changed)
+
+
+def _no_changes() -> pl.DataFrame:
+    return pl.DataFrame(schema={"case_id": pl.String, "locale": pl.String, "category": pl.String, "change": pl.String})
+
+
+def changed_cases(case_metrics: pl.DataFrame, pair: list[RunReport]) -> pl.DataFrame:
+    """Cases labelled in both runs whose hit at each run's headline k differs."""
+    previous, latest = (
+        case_metrics.filter((pl.col("run_id") == run.run_id) & (pl.col("k") == run.headline_k)).select(
+            "case_id", "locale", "category", "hit_at_k"
+        )
+        for run in pair
+    )
+    return (
+        previous.join(latest.select("case_id", pl.col("hit_at_k").alias("hit_now")), on="case_id")
+        .filter(pl.col("hit_at_k") != pl.col("hit_now"))
+        .select(
+            "case_id",
+            "locale",
+            "category",
+            pl.when(pl.col("hit_now") > pl.col("hit_at_k"))
+            .then(pl.lit("miss → hit"))
+            .otherwise(pl.lit("hit → miss"))
+            .alias("change"),
+        )
+        .sort("change", "case_id")
+    )
 
 
 def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:

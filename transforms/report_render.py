@@ -6,8 +6,10 @@ so the terminal and markdown reports cannot disagree.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
+from html import escape
 
 import polars as pl
 
@@ -145,47 +147,142 @@ def render_terminal(report: Report, colour: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_markdown(report: Report) -> str:
-    out = ["# Retrieval evaluation report", ""]
-    out += [f"> {note}" for note in report.notes] + [""]
-    out += ["## Runs (headline k, slice `all`)", "", layout_markdown(runs_table(report)[0]), ""]
-    for name, title in (("sweep", "hit, recall and nDCG against k"), ("trend", "Headline figures across runs")):
+@dataclass(frozen=True)
+class Block:
+    """One piece of the written report: kind is heading, text, warning, note, table or image."""
+
+    kind: str
+    text: str = ""
+    table: Table | None = None
+    level: int = 2
+    image: str = ""  # file name in the report folder
+
+
+def report_blocks(report: Report) -> list[Block]:
+    """The written report (markdown, HTML, Prefect artifact) as one sequence of blocks."""
+    blocks = [Block("heading", "Retrieval evaluation report", level=1)]
+    blocks += [Block("note", note) for note in report.notes]
+    warnings = [(run.run_id, w) for run in report.runs for w in run.warnings]
+    if warnings:
+        blocks.append(Block("heading", "Warnings"))
+        blocks += [Block("warning", f"{run_id}: {w}") for run_id, w in warnings]
+    blocks += [Block("heading", "Runs (headline k, slice all, oldest first)"), Block("table", table=runs_table(report)[0])]
+    for name, title in CHART_TITLES.items():
         if name in report.charts:
-            out += [f"![{title}]({report.charts[name]})", ""]
+            blocks.append(Block("image", title, image=report.charts[name]))
     for run in report.runs:
-        out += [f"## Run `{run.run_id}`", ""]
-        out.append(
-            f"Created {run.created_at}; headline k = {run.headline_k} "
-            f"(retrieval_top_k {run.retrieval_top_k}); {run.n_cases} cases, "
-            f"{run.n_labelled} labelled and scored, {run.n_rejected} rejected."
-        )
-        out.append("")
-        for warning in run.warnings:
-            out.append(f"> **Warning:** {warning}")
-        if run.warnings:
-            out.append("")
-        out += [layout_markdown(slice_table(run, MARKDOWN_SLICES, with_ci=True)), ""]
-        out += ["k sweep, slice `all` (* = headline k):", "", layout_markdown(sweep_table(run)), ""]
-        chart = report.charts.get(f"slices-{run.run_id}")
-        if chart:
-            out += [f"![hit@{run.headline_k} per locale and category]({chart})", ""]
+        blocks.append(Block("heading", f"Run {run.run_id}"))
+        blocks.append(Block(
+            "text",
+            f"Created {run.created_at}; headline k = {run.headline_k} (retrieval_top_k "
+            f"{run.retrieval_top_k}); {run.n_cases} cases, {run.n_labelled} labelled and scored, "
+            f"{run.n_rejected} rejected.",
+        ))
+        blocks.append(Block("table", table=slice_table(run, MARKDOWN_SLICES, with_ci=True)))
+        blocks.append(Block("text", "k sweep, slice all (* = headline k):"))
+        blocks.append(Block("table", table=sweep_table(run)))
     if report.runs:
         latest = report.runs[-1]
-        out += [f"## Diagnostics of `{latest.run_id}`", ""]
-        out += [f"Rank at which each labelled case first meets a gold card (all captured cards):", ""]
-        entry = Table(
+        blocks.append(Block("heading", f"Diagnostics of {latest.run_id}"))
+        blocks.append(Block("text", "Rank at which each labelled case first meets a gold card (whole capture):"))
+        blocks.append(Block("table", table=Table(
             ["first relevant rank", "cases"],
             [[fmt_rank(r["first_relevant_rank"]), str(r["n_cases"])] for r in report.entry_ranks.iter_rows(named=True)],
-        )
-        out += [layout_markdown(entry), ""]
-        never = Table(
+        )))
+        blocks.append(Block("text", f"{report.never_hit.height} labelled case(s) never met a gold card within the captured depth:"))
+        blocks.append(Block("table", table=Table(
             ["case", "locale", "category", "gold cards"],
             [[r["case_id"], r["locale"], r["category"], str(r["n_gold"])] for r in report.never_hit.iter_rows(named=True)],
             align_right_from=3,
-        )
-        out += [f"{report.never_hit.height} labelled case(s) never met a gold card within the captured depth:", ""]
-        out += [layout_markdown(never), ""]
+        )))
+        if len(report.runs) > 1:
+            previous = report.runs[-2]
+            blocks.append(Block("text", f"{report.changed.height} case(s) changed hit@k between {previous.run_id} and {latest.run_id}:"))
+            blocks.append(Block("table", table=Table(
+                ["case", "locale", "category", "change"],
+                [[r["case_id"], r["locale"], r["category"], r["change"]] for r in report.changed.iter_rows(named=True)],
+                align_right_from=4,
+            )))
+    return blocks
+
+
+CHART_TITLES = {
+    "sweep": "hit, recall and nDCG against k",
+    "trend": "Headline figures across runs",
+    "locales": "hit@k per locale with 95% intervals",
+    "categories": "hit@k per category with 95% intervals",
+}
+
+
+def render_markdown(report: Report, with_images: bool = True) -> str:
+    """report.md; without images for places that cannot show local files (Prefect UI)."""
+    out = []
+    for block in report_blocks(report):
+        if block.kind == "heading":
+            out.append("#" * block.level + " " + block.text)
+        elif block.kind == "text":
+            out.append(block.text)
+        elif block.kind == "note":
+            out.append(f"> {block.text}")
+        elif block.kind == "warning":
+            out.append(f"> **Warning:** {block.text}")
+        elif block.kind == "table":
+            out.append(layout_markdown(block.table))
+        elif block.kind == "image" and with_images:
+            out.append(f"![{block.text}]({block.image})")
+        else:
+            continue
+        out.append("")
     return "\n".join(out)
+
+
+HTML_STYLE = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
+       max-width: 1100px; padding: 12px; color: #1b1f24; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #d0d7de; padding-top: .6em; }
+.scroll { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .5em 0 1em; }
+table { border-collapse: collapse; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th, td { border: 1px solid #d0d7de; padding: 3px 8px; } th { background: #f6f8fa; }
+td.num, th.num { text-align: right; }
+.note { color: #57606a; border-left: 3px solid #d0d7de; padding-left: 8px; }
+.warning { background: #fff8c5; border-left: 3px solid #d4a72c; padding: 4px 8px; }
+img { max-width: 100%; height: auto; }
+"""
+
+
+def render_html(report: Report, images: dict[str, bytes]) -> str:
+    """report.html: one self-contained page (charts inline as data URIs, no network)."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>Retrieval evaluation report</title>",
+        f"<style>{HTML_STYLE}</style></head><body>",
+    ]
+    for block in report_blocks(report):
+        if block.kind == "heading":
+            parts.append(f"<h{block.level}>{escape(block.text)}</h{block.level}>")
+        elif block.kind == "text":
+            parts.append(f"<p>{escape(block.text)}</p>")
+        elif block.kind in ("note", "warning"):
+            parts.append(f'<p class="{block.kind}">{escape(block.text)}</p>')
+        elif block.kind == "table":
+            parts.append(_html_table(block.table))
+        elif block.kind == "image" and block.image in images:
+            data = base64.b64encode(images[block.image]).decode("ascii")
+            parts.append(f'<p><img alt="{escape(block.text)}" src="data:image/png;base64,{data}"></p>')
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _html_table(table: Table) -> str:
+    def cell(tag: str, text: str, col: int) -> str:
+        cls = ' class="num"' if col >= table.align_right_from else ""
+        return f"<{tag}{cls}>{escape(text)}</{tag}>"
+
+    head = "".join(cell("th", h, i) for i, h in enumerate(table.header))
+    body = "".join("<tr>" + "".join(cell("td", c, i) for i, c in enumerate(row)) + "</tr>" for row in table.rows)
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def fmt_rank(rank: int | None) -> str:
