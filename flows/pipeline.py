@@ -13,10 +13,11 @@ import polars as pl
 
 from flows import config
 from flows.warehouse import Warehouse
-from transforms.aggregates import aggregates, slice_partials
+from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.case_metrics import cutoffs, write_case_metrics
 from transforms.errors import Reject, RejectedRecords
-from transforms.ingest import ingest_cases
+from transforms.ingest import StagedRun, read_staged, stage_cases, write_rejects
+from transforms.rankings import case_rows, retrieved_items
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.report import Report, build_report
 from transforms.baseline import baseline_reference, read_snapshot
@@ -32,6 +33,7 @@ class EvaluationOptions:
     k: int | None = None
     ks: tuple[int, ...] = ()
     allow_rejects: bool = False
+    partitions: int | None = None  # per run; None: by the size of its cases file
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,19 @@ class RunParts:
     """The files one run's evaluation wrote, not yet visible in the catalog."""
 
     run_id: str
-    parts: dict[str, Path]
+    parts: dict[str, list[Path]]
     rejects: list[Reject] = field(default_factory=list)
     loaded: bool = True
+
+
+@dataclass(frozen=True)
+class PartitionParts:
+    """The files one partition of a run wrote: three tables and its partial sums."""
+
+    cases: Path
+    retrieved: Path
+    case_metrics: Path
+    partials: Path
 
 
 def load_manifests(runs: Path) -> list[Manifest]:
@@ -49,38 +61,95 @@ def load_manifests(runs: Path) -> list[Manifest]:
     return [load_manifest(run_dir) for run_dir in find_run_dirs(runs)]
 
 
+def run_cutoffs(manifest: Manifest, options: EvaluationOptions) -> tuple[int, list[int]]:
+    """The headline k (--k, else the manifest's retrieval_top_k) and every k to compute."""
+    headline_k = options.k or manifest.retrieval_top_k
+    return headline_k, cutoffs(headline_k, options.ks)
+
+
+def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
+    return stage_cases(
+        manifest,
+        warehouse.staging_dir(txn, manifest.run_id),
+        allow_rejects=options.allow_rejects,
+        partitions=options.partitions,
+    )
+
+
+def evaluate_partition(
+    staged_path: Path, run_id: str, ks: list[int], warehouse: Warehouse, txn: str, index: int
+) -> PartitionParts:
+    """Rankings, cases, case metrics and partial sums of one staged partition."""
+    staged = read_staged(staged_path)
+    parts = PartitionParts(
+        cases=warehouse.new_part("cases", run_id, txn, index),
+        retrieved=warehouse.new_part("retrieved", run_id, txn, index),
+        case_metrics=warehouse.new_part("case_metrics", run_id, txn, index),
+        partials=staged_path.with_name(f"partials-{index:03d}.parquet"),
+    )
+    retrieved = retrieved_items(staged, run_id)
+    retrieved.write_parquet(parts.retrieved, compression="lz4")
+    case_rows(staged, retrieved, run_id).write_parquet(parts.cases, compression="lz4")
+    write_case_metrics(parts.cases, ks, parts.case_metrics)
+    slice_partials(pl.read_parquet(parts.case_metrics)).write_parquet(parts.partials)
+    return parts
+
+
+def finish_run(
+    manifest: Manifest,
+    staged: StagedRun,
+    partitions: list[PartitionParts],
+    warehouse: Warehouse,
+    txn: str,
+    headline_k: int,
+    ks: list[int],
+) -> RunParts:
+    """Aggregates merged from every partition's partial sums, the `runs` row and rejects."""
+    run_id = manifest.run_id
+    part = {table: warehouse.new_part(table, run_id, txn) for table in ("aggregates", "runs", "rejects")}
+    write_rejects(run_id, staged.rejects, part["rejects"])
+    aggregates(merge_partials([pl.read_parquet(p.partials) for p in partitions])).write_parquet(
+        part["aggregates"], compression="zstd"
+    )
+    cases = [p.cases for p in partitions]
+    run_summary(manifest, cases, len(staged.rejects), headline_k, ks).write_parquet(part["runs"])
+    return RunParts(
+        run_id,
+        {
+            "cases": cases,
+            "retrieved": [p.retrieved for p in partitions],
+            "case_metrics": [p.case_metrics for p in partitions],
+            **{table: [path] for table, path in part.items()},
+        },
+        staged.rejects,
+    )
+
+
+def refused_run(staged: StagedRun, warehouse: Warehouse, txn: str) -> RunParts:
+    """A run refused for rejected records: only its rejects are written (SPEC 6)."""
+    path = warehouse.new_part("rejects", staged.run_id, txn)
+    write_rejects(staged.run_id, staged.rejects, path)
+    return RunParts(staged.run_id, {"rejects": [path]}, staged.rejects, loaded=False)
+
+
 def evaluate_run(
     manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions
 ) -> RunParts:
-    run_id = manifest.run_id
-    part = {table: warehouse.new_part(table, run_id, txn) for table in ("cases", "retrieved", "rejects")}
-    ingested = ingest_cases(
-        manifest, part["cases"], part["retrieved"], part["rejects"], allow_rejects=options.allow_rejects
-    )
-    if not ingested.loaded:
-        return RunParts(run_id, {"rejects": part["rejects"]}, ingested.rejects, loaded=False)
-    headline_k = options.k or manifest.retrieval_top_k
-    ks = cutoffs(headline_k, options.ks)
-    part["case_metrics"] = warehouse.new_part("case_metrics", run_id, txn)
-    write_case_metrics(part["cases"], ks, part["case_metrics"])
-    part["aggregates"] = warehouse.new_part("aggregates", run_id, txn)
-    write_aggregates(part["case_metrics"], part["aggregates"])
-    part["runs"] = warehouse.new_part("runs", run_id, txn)
-    run_summary(manifest, part["cases"], len(ingested.rejects), headline_k, ks).write_parquet(
-        part["runs"]
-    )
-    return RunParts(run_id, part, ingested.rejects)
-
-
-def write_aggregates(case_metrics_path: Path, out_path: Path) -> None:
-    aggregates(slice_partials(pl.read_parquet(case_metrics_path))).write_parquet(
-        out_path, compression="zstd"
-    )
+    """Every step of one run, in this process."""
+    staged = stage_run(manifest, warehouse, txn, options)
+    if not staged.loaded:
+        return refused_run(staged, warehouse, txn)
+    headline_k, ks = run_cutoffs(manifest, options)
+    partitions = [
+        evaluate_partition(path, manifest.run_id, ks, warehouse, txn, index)
+        for index, path in enumerate(staged.partitions)
+    ]
+    return finish_run(manifest, staged, partitions, warehouse, txn, headline_k, ks)
 
 
 def commit_runs(warehouse: Warehouse, results: list[RunParts]) -> None:
     warehouse.commit(
-        {(table, result.run_id): path for result in results for table, path in result.parts.items()}
+        {(table, result.run_id): paths for result in results for table, paths in result.parts.items()}
     )
 
 

@@ -38,16 +38,22 @@ from flows import config
 from flows.gating import floors_from, gate_run
 from flows.pipeline import (
     EvaluationOptions,
+    PartitionParts,
     RunParts,
     commit_runs,
-    evaluate_run,
+    evaluate_partition,
+    finish_run,
     load_manifests,
     read_report,
     refused,
+    refused_run,
+    run_cutoffs,
+    stage_run,
     write_report,
 )
 from flows.warehouse import Warehouse
 from transforms.engine import THREADS_ENV
+from transforms.ingest import StagedRun
 from transforms.manifest import load_manifest
 from transforms.report import headline_table
 from transforms.report_render import gate_table, render_markdown
@@ -89,25 +95,37 @@ def is_io_error(task, task_run, state) -> bool:
     return False
 
 
-@task(
-    name="evaluate-run",
-    task_run_name="evaluate-{run_dir}",
-    retries=2,
-    retry_delay_seconds=[1, 2],
-    retry_condition_fn=is_io_error,
-    cache_policy=NO_CACHE,
-)
-def evaluate_run_task(
-    run_dir: str,
-    warehouse: str,
-    txn: str,
-    k: int | None = None,
-    ks: list[int] | None = None,
-    allow_rejects: bool = False,
+IO_RETRIES = {"retries": 2, "retry_delay_seconds": [1, 2], "retry_condition_fn": is_io_error}
+
+
+@task(name="stage-run", task_run_name="stage-{run_dir}", cache_policy=NO_CACHE, **IO_RETRIES)
+def stage_run_task(run_dir: str, warehouse: str, txn: str, options: EvaluationOptions) -> StagedRun:
+    """Validate one run's cases file and stage it as partitions (one read of the file)."""
+    return stage_run(load_manifest(Path(run_dir)), Warehouse(Path(warehouse)), txn, options)
+
+
+@task(name="evaluate-partition", task_run_name="evaluate-{run_id}-{index}", cache_policy=NO_CACHE, **IO_RETRIES)
+def evaluate_partition_task(
+    staged_path: Path, run_id: str, ks: list[int], warehouse: str, txn: str, index: int
+) -> PartitionParts:
+    """Rankings, cases, case metrics and partial sums of one partition of a run."""
+    return evaluate_partition(staged_path, run_id, ks, Warehouse(Path(warehouse)), txn, index)
+
+
+@task(name="finish-run", task_run_name="finish-{run_dir}", cache_policy=NO_CACHE, **IO_RETRIES)
+def finish_run_task(
+    run_dir: str, staged: StagedRun, partitions: list[PartitionParts], warehouse: str, txn: str,
+    options: EvaluationOptions,
 ) -> RunParts:
-    """Ingest, case metrics, aggregates and summary of one run, into not-yet-visible parts."""
-    options = EvaluationOptions(warehouse=Path(warehouse), k=k, ks=tuple(ks or ()), allow_rejects=allow_rejects)
-    return evaluate_run(load_manifest(Path(run_dir)), Warehouse(Path(warehouse)), txn, options)
+    """Aggregates merged from the partitions' partial sums, the `runs` row and rejects."""
+    manifest = load_manifest(Path(run_dir))
+    headline_k, ks = run_cutoffs(manifest, options)
+    return finish_run(manifest, staged, partitions, Warehouse(Path(warehouse)), txn, headline_k, ks)
+
+
+@task(name="refuse-run", task_run_name="refuse-{staged.run_id}", cache_policy=NO_CACHE)
+def refused_run_task(staged: StagedRun, warehouse: str, txn: str) -> RunParts:
+    return refused_run(staged, Warehouse(Path(warehouse)), txn)
 
 
 @task(name="commit-runs", cache_policy=NO_CACHE)
@@ -190,19 +208,34 @@ def evaluate_flow(
     min_hit: float | None = None,
     min_recall: float | None = None,
     charts: bool = True,
+    partitions: int | None = None,
 ) -> FlowOutcome:
     """Evaluate every run under `runs`, commit them together, write the report, gate the latest."""
     manifests = load_manifests(Path(runs))  # every manifest is checked before anything is written
     store = Warehouse(Path(warehouse))
+    options = EvaluationOptions(
+        warehouse=Path(warehouse), k=k, ks=tuple(ks or ()), allow_rejects=allow_rejects, partitions=partitions
+    )
     with store.writing():
         txn = store.new_txn()
-        futures = [
-            evaluate_run_task.submit(str(m.run_dir), str(store.root), txn, k, ks, allow_rejects)
-            for m in manifests
-        ]
-        wait(futures)  # no run is still writing when the lock is released, even on failure
-        results = [future.result() for future in futures]
-        commit_task(str(store.root), results)
+        root = str(store.root)
+        staging = [stage_run_task.submit(str(m.run_dir), root, txn, options) for m in manifests]
+        wait(staging)  # no task is still writing when the lock is released, even on failure
+        results = []
+        for manifest, staged_future in zip(manifests, staging, strict=True):
+            staged = staged_future.result()
+            if not staged.loaded:
+                results.append(refused_run_task(staged, root, txn))
+                continue
+            _, cutoffs = run_cutoffs(manifest, options)
+            partition_futures = [
+                evaluate_partition_task.submit(path, staged.run_id, cutoffs, root, txn, index)
+                for index, path in enumerate(staged.partitions)
+            ]
+            wait(partition_futures)
+            partitions = [future.result() for future in partition_futures]
+            results.append(finish_run_task(str(manifest.run_dir), staged, partitions, root, txn, options))
+        commit_task(root, results)
     error = refused(results)
     if error is not None:
         raise error
@@ -311,6 +344,7 @@ def flow_parameters(
         "min_hit": floors.get("hit_at_k"),
         "min_recall": floors.get("recall_at_k"),
         "charts": charts,
+        "partitions": options.partitions,
     }
 
 

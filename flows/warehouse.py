@@ -23,6 +23,7 @@ from transforms.errors import InputError
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 CATALOG_NAME = "catalog.duckdb"
 LOCK_NAME = ".lock"
+STAGING = ".staging"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 CATALOG_WAIT_S = 30.0  # how long to wait for another process's hold on the catalog file
 
@@ -39,11 +40,15 @@ class Warehouse:
     def catalog_path(self) -> Path:
         return self.root / CATALOG_NAME
 
-    def new_part(self, table: str, run_id: str, txn: str) -> Path:
+    def new_part(self, table: str, run_id: str, txn: str, partition: int = 0) -> Path:
         """A fresh, not yet visible file for one table's partition of one run."""
         folder = self.root / table / f"run_id={run_id}"
         folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"part-{txn}.parquet"
+        return folder / f"part-{txn}-{partition:03d}.parquet"
+
+    def staging_dir(self, txn: str, run_id: str) -> Path:
+        """Scratch of one run's ingest; removed with every other leftover under the lock."""
+        return self.root / STAGING / txn / run_id
 
     @staticmethod
     def new_txn() -> str:
@@ -79,27 +84,34 @@ class Warehouse:
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def commit(self, parts: dict[tuple[str, str], Path]) -> None:
-        """Point the catalog at `parts` ((table, run_id) → file) in one transaction."""
-        for path in parts.values():
-            _fsync(path)
+    def commit(self, parts: dict[tuple[str, str], list[Path]]) -> None:
+        """Point the catalog at `parts` ((table, run_id) → its files) in one transaction;
+        a run's earlier files of those tables are no longer read."""
+        for paths in parts.values():
+            for path in paths:
+                _fsync(path)
         con = self.connect(read_only=False, create=True)
         try:
             con.execute("begin transaction")
             con.execute(
                 "create table if not exists _partitions ("
-                " table_name varchar, run_id varchar, path varchar, primary key (table_name, run_id))"
+                " table_name varchar, run_id varchar, path varchar, primary key (table_name, path))"
             )
-            for (table, run_id), path in sorted(parts.items()):
+            for (table, run_id), paths in sorted(parts.items()):
                 con.execute(
-                    "insert or replace into _partitions values ($table, $run_id, $path)",
-                    {"table": table, "run_id": run_id, "path": str(path.relative_to(self.root))},
+                    "delete from _partitions where table_name = $table and run_id = $run_id",
+                    {"table": table, "run_id": run_id},
                 )
+                for path in paths:
+                    con.execute(
+                        "insert into _partitions values ($table, $run_id, $path)",
+                        {"table": table, "run_id": run_id, "path": str(path.relative_to(self.root))},
+                    )
             for table in TABLES:
                 files = [
                     str(self.root / row[0])
                     for row in con.execute(
-                        "select path from _partitions where table_name = $table order by run_id",
+                        "select path from _partitions where table_name = $table order by run_id, path",
                         {"table": table},
                     ).fetchall()
                 ]
@@ -122,6 +134,7 @@ class Warehouse:
         """Delete what no view points at: superseded parts, and parts and scratch folders
         of a writer that failed or was killed. Only called under the writer lock."""
         keep = self.referenced()
+        shutil.rmtree(self.root / STAGING, ignore_errors=True)
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
                 for entry in folder.iterdir():

@@ -7,6 +7,7 @@ each test works on a private copy of two of the committed sample runs.
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -38,10 +39,14 @@ def sample_options(root: Path, run_ids: list[str] = RUN_IDS, name: str = "wareho
     return EvaluationOptions(runs=runs, warehouse=root / name, report_dir=root / f"report-{name}")
 
 
-def aggregates(warehouse: Path) -> pl.DataFrame:
+def view(warehouse: Path, name: str) -> pl.DataFrame:
     with duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True) as con:
-        frame = con.table("aggregates").pl()
+        frame = con.table(name).pl()
     return frame.sort(frame.columns)
+
+
+def aggregates(warehouse: Path) -> pl.DataFrame:
+    return view(warehouse, "aggregates")
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +90,20 @@ def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thre
     options, _ = tracked_thread_run
     in_process = sample_options(tmp_path, name="in-process")
     evaluate(in_process)
-    dask = sample_options(tmp_path, name="dask")
+    # On Dask, each run is also split into 3 partitions by a hash of case_id.
+    dask = replace(sample_options(tmp_path, name="dask"), partitions=3)
     outcome = prefect_flows.run_tracked(dask, task_runner="dask", charts=False)
     assert outcome.run_ids == RUN_IDS
+    with duckdb.connect(str(dask.warehouse / "catalog.duckdb"), read_only=True) as con:
+        n_files = con.execute("select count(*) from _partitions where table_name = 'case_metrics'").fetchone()[0]
+    assert n_files == 3 * len(RUN_IDS)
 
     expected = aggregates(in_process.warehouse)
     assert expected.height > 0
     assert_frame_equal(aggregates(options.warehouse), expected)
-    assert_frame_equal(aggregates(dask.warehouse), expected)
+    # Partial sums added in another order: equal up to float rounding, n exactly.
+    assert_frame_equal(aggregates(dask.warehouse), expected, check_exact=False, rel_tol=0, abs_tol=1e-12)
+    assert_frame_equal(view(dask.warehouse, "case_metrics"), view(in_process.warehouse, "case_metrics"))
 
 
 def test_dask_workers_get_one_engine_thread_each():
@@ -105,7 +116,7 @@ def test_dask_workers_get_one_engine_thread_each():
 
 def test_a_transient_io_error_is_retried(prefect_server, tmp_path, monkeypatch):
     calls = []
-    real = prefect_flows.evaluate_run
+    real = prefect_flows.stage_run
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -113,7 +124,7 @@ def test_a_transient_io_error_is_retried(prefect_server, tmp_path, monkeypatch):
             raise OSError("transient: stale file handle")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(prefect_flows, "evaluate_run", flaky)
+    monkeypatch.setattr(prefect_flows, "stage_run", flaky)
     options = sample_options(tmp_path, RUN_IDS[:1])
     state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
     assert state.is_completed(), state
@@ -128,7 +139,7 @@ def test_other_errors_are_not_retried(prefect_server, tmp_path, monkeypatch):
         calls.append(1)
         raise ValueError("not an I/O problem")
 
-    monkeypatch.setattr(prefect_flows, "evaluate_run", broken)
+    monkeypatch.setattr(prefect_flows, "stage_run", broken)
     options = sample_options(tmp_path, RUN_IDS[:1])
     state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
     assert state.is_failed()

@@ -1,14 +1,16 @@
-"""Ingest: one run's cases file → `cases`, `retrieved` and `rejects` Parquet files.
+"""Ingest: one run's cases file → staged Parquet partitions, and the account of its records.
 
-The fast path reads the file once with DuckDB (sql/raw_cases.sql), checks it with
-sql/raw_case_problems.sql and writes both tables. Only a file with a bad record takes the
+The fast path is one streaming DuckDB pass (sql/staged_cases.sql) that reads the file,
+types the fields the metrics need, flags records that break a rule and writes them split
+into partitions by a stable hash of case_id. Only a file with a bad record takes the
 line-by-line path of transforms/records.py, which names each bad record and feeds the
-valid lines back through the same fast path.
+valid lines back through the same pass.
 """
 
 from __future__ import annotations
 
-import tempfile
+import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +29,9 @@ from transforms.records import MAX_RECORD_BYTES, split_records
 # pass, which rejects exactly the lines over MAX_RECORD_BYTES; the clean copy is then read
 # with a buffer large enough for every line that passed.
 FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
+# About this much JSON per partition keeps a partition's frames well under 200 MB.
+PARTITION_BYTES = 128 * 1024 * 1024
+GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
 
 REJECTS_SCHEMA = {
     "run_id": pl.String,
@@ -38,85 +43,105 @@ REJECTS_SCHEMA = {
 
 
 @dataclass(frozen=True)
-class IngestedRun:
-    """What ingest wrote for one run, and the account of its records."""
+class StagedRun:
+    """One run's valid records as Parquet partitions, and the account of its records."""
 
     run_id: str
-    cases_path: Path | None  # None when the run was not loaded (rejects, strict mode)
-    retrieved_path: Path | None
-    rejects_path: Path
+    partitions: list[Path]  # empty when the run was refused (rejects, strict mode)
     n_cases: int
-    n_labelled: int
     rejects: list[Reject] = field(default_factory=list)
-
-    @property
-    def loaded(self) -> bool:
-        return self.cases_path is not None
+    loaded: bool = True
 
 
-def ingest_cases(
+def partition_count(path: Path) -> int:
+    size = path.stat().st_size * (GZIP_RATIO if path.suffix == ".gz" else 1)
+    return max(1, math.ceil(size / PARTITION_BYTES))
+
+
+def stage_cases(
     manifest: Manifest,
-    cases_path: Path,
-    retrieved_path: Path,
-    rejects_path: Path,
+    staging_dir: Path,
     *,
     allow_rejects: bool,
+    partitions: int | None = None,
     display_name: str | None = None,
-) -> IngestedRun:
-    """Validate and load one run's cases file into Parquet at the given paths."""
+) -> StagedRun:
+    """Validate one run's cases file and stage its valid records under `staging_dir`."""
     source = manifest.cases_file
     display_name = display_name or str(source)
-    # Scratch (DuckDB spill, the clean copy) sits beside the part: the same disk, and the
-    # warehouse removes it if this process is killed.
-    with tempfile.TemporaryDirectory(prefix=".ingest-", dir=cases_path.parent) as scratch:
-        con = engine.connect(spill_dir=Path(scratch))
+    n_partitions = partitions or partition_count(source)
+    staging_dir.mkdir(parents=True, exist_ok=True)
+    con = engine.connect(spill_dir=staging_dir)
+    try:
+        files = _stage(con, source, staging_dir / "fast", n_partitions, FAST_PATH_OBJECT_LIMIT)
         rejects: list[Reject] = []
-        if not _read_clean(con, source, FAST_PATH_OBJECT_LIMIT):
-            clean = Path(scratch) / "clean.jsonl"
+        if files is None:
+            clean = staging_dir / "clean.jsonl"
             with open(clean, "wb") as clean_out:
                 account = split_records(source, display_name, clean_out)
             rejects = account.rejects
             if account.valid + len(rejects) == 0:
                 raise InputError(f"{display_name}: holds no records")
             if rejects and not allow_rejects:
-                write_rejects(manifest.run_id, rejects, rejects_path)
-                return IngestedRun(manifest.run_id, None, None, rejects_path, 0, 0, rejects)
-            if not _read_clean(con, clean, MAX_RECORD_BYTES):
-                raise RuntimeError(f"{display_name}: valid records failed the SQL checks")
-        n_cases = con.execute("select count(*) from raw_cases").fetchone()[0]
-        if n_cases == 0 and not rejects:
-            raise InputError(f"{display_name}: holds no records")
-        params = {"run_id": manifest.run_id}
-        con.execute("create temp table case_rankings as " + sql.load("case_rankings"))
-        con.execute("drop table raw_cases")
-        con.sql(sql.load("cases"), params=params).write_parquet(str(cases_path), compression="zstd")
-        con.sql(sql.load("retrieved"), params=params).write_parquet(
-            str(retrieved_path), compression="zstd"
-        )
-        n_labelled = con.execute(
-            "select count(*) from read_parquet($path) where n_gold > 0", {"path": str(cases_path)}
-        ).fetchone()[0]
+                return StagedRun(manifest.run_id, [], 0, rejects, loaded=False)
+            files = _stage(con, clean, staging_dir / "clean", n_partitions, MAX_RECORD_BYTES)
+            if files is None:
+                raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
+            clean.unlink()
+        n_cases = _count(con, files)
+    finally:
         con.close()
-    write_rejects(manifest.run_id, rejects, rejects_path)
-    return IngestedRun(
-        manifest.run_id, cases_path, retrieved_path, rejects_path, n_cases, n_labelled, rejects
-    )
+    if n_cases == 0 and not rejects:
+        raise InputError(f"{display_name}: holds no records")
+    return StagedRun(manifest.run_id, files, n_cases, rejects)
 
 
-def _read_clean(con: duckdb.DuckDBPyConnection, path: Path, object_limit: int) -> bool:
-    """Load `path` into temp table raw_cases; False when any record breaks a rule."""
-    con.execute("drop table if exists raw_cases")
+def _stage(
+    con: duckdb.DuckDBPyConnection, path: Path, out_dir: Path, partitions: int, object_limit: int
+) -> list[Path] | None:
+    """Write `path` staged and partitioned into `out_dir`; None when a record breaks a rule."""
     try:
         con.execute(
-            "create temp table raw_cases as " + sql.load("raw_cases"),
-            {"path": str(path), "max_object_size": object_limit},
+            "copy (" + sql.load("staged_cases") + ") to $out_dir "
+            "(format parquet, partition_by (partition), overwrite_or_ignore)",
+            {
+                "path": str(path),
+                "max_object_size": object_limit,
+                "partitions": partitions,
+                "out_dir": str(out_dir),
+            },
         )
     except (duckdb.Error, UnicodeDecodeError):
         # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
         # raises UnicodeDecodeError when its message quotes a line cut inside a character.
-        return False
-    n_bad, n_repeated = con.execute(sql.load("raw_case_problems")).fetchone()
-    return n_bad == 0 and n_repeated == 0
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
+    files = sorted(out_dir.glob("partition=*/*.parquet"))
+    if not files:
+        return []
+    _, n_bad, n_repeated = con.execute(
+        sql.load("staged_case_problems"), {"files": [str(f) for f in files]}
+    ).fetchone()
+    if n_bad or n_repeated:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return None
+    return files
+
+
+def _count(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
+    if not files:
+        return 0
+    return con.execute(
+        "select count(*) from read_parquet($files)", {"files": [str(f) for f in files]}
+    ).fetchone()[0]
+
+
+STAGED_COLUMNS = ["case_id", "locale", "category", "gold_source", "gold", "items"]
+
+
+def read_staged(path: Path) -> pl.DataFrame:
+    """One staged partition, in the order it was written."""
+    return pl.read_parquet(path, columns=STAGED_COLUMNS, hive_partitioning=False)
 
 
 def write_rejects(run_id: str, rejects: list[Reject], path: Path) -> None:

@@ -77,9 +77,6 @@ def _item_problem(item: object) -> str | None:
     parent = item.get("parent_id")
     if parent is not None and not isinstance(parent, str):
         return f"field parent_id must be a string, got {_type_name(parent)}"
-    chunk_index = item.get("chunk_index")
-    if chunk_index is not None and (isinstance(chunk_index, bool) or not isinstance(chunk_index, int)):
-        return f"field chunk_index must be an integer, got {_type_name(chunk_index)}"
     score = item.get("score")
     if score is not None:
         if isinstance(score, bool) or not isinstance(score, int | float):

@@ -29,10 +29,14 @@ RUNS_SCHEMA = {
 
 
 def run_summary(
-    manifest: Manifest, cases_path: Path, n_rejected: int, headline_k: int, ks: list[int]
+    manifest: Manifest, cases_paths: list[Path], n_rejected: int, headline_k: int, ks: list[int]
 ) -> pl.DataFrame:
     """One row. A run is vacuous (SPEC 2.9) when it has labelled cases and none retrieved anything."""
-    cases = pl.read_parquet(cases_path, columns=["n_gold", "n_retrieved", "n_cards"])
+    columns = ["n_gold", "n_retrieved", "n_cards"]
+    cases = pl.concat(
+        [pl.read_parquet(path, columns=columns) for path in cases_paths],
+        how="vertical",
+    ) if cases_paths else pl.DataFrame(schema={c: pl.Int64 for c in columns})
     labelled = cases.filter(pl.col("n_gold") > 0)
     n_labelled = labelled.height
     with_retrieval = labelled.filter(pl.col("n_retrieved") > 0).height
