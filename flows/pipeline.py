@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from flows import config
+from flows.progress import Progress
 from flows.warehouse import Warehouse
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.case_metrics import cutoffs, write_case_metrics
@@ -133,17 +134,22 @@ def refused_run(staged: StagedRun, warehouse: Warehouse, txn: str) -> RunParts:
 
 
 def evaluate_run(
-    manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions
+    manifest: Manifest,
+    warehouse: Warehouse,
+    txn: str,
+    options: EvaluationOptions,
+    progress: Progress | None = None,
 ) -> RunParts:
     """Every step of one run, in this process."""
     staged = stage_run(manifest, warehouse, txn, options)
     if not staged.loaded:
         return refused_run(staged, warehouse, txn)
     headline_k, ks = run_cutoffs(manifest, options)
-    partitions = [
-        evaluate_partition(path, manifest.run_id, ks, warehouse, txn, index)
-        for index, path in enumerate(staged.partitions)
-    ]
+    partitions = []
+    for index, path in enumerate(staged.partitions):
+        if progress:
+            progress.partition(index, len(staged.partitions))
+        partitions.append(evaluate_partition(path, manifest.run_id, ks, warehouse, txn, index))
     return finish_run(manifest, staged, partitions, warehouse, txn, headline_k, ks)
 
 
@@ -165,9 +171,14 @@ def evaluate(options: EvaluationOptions) -> list[str]:
     """Run the main job in-process; returns the run ids now loaded in the warehouse."""
     manifests = load_manifests(options.runs)
     warehouse = Warehouse(options.warehouse)
+    progress = Progress(len(manifests))
     with warehouse.writing():
         txn = warehouse.new_txn()
-        results = [evaluate_run(manifest, warehouse, txn, options) for manifest in manifests]
+        results = []
+        for index, manifest in enumerate(manifests, start=1):
+            progress.start_run(index, manifest.run_id, manifest.cases_file.stat().st_size)
+            results.append(evaluate_run(manifest, warehouse, txn, options, progress))
+            progress.end_run()
         commit_runs(warehouse, results)
     error = refused(results)
     if error is not None:

@@ -18,23 +18,24 @@ def write_charts(report: Report, out_dir: Path, baseline: dict[str, float] | Non
     """Write every chart into `out_dir`; returns chart name → file name."""
     if not report.runs:
         return {}
-    import matplotlib
+    # The object-oriented API without pyplot: no GUI backend, no global figure state.
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    colours = {run.run_id: plt.get_cmap("tab10")(i % 10) for i, run in enumerate(report.runs)}
+    palette = colormaps["tab10"]
+    colours = {run.run_id: palette(i % 10) for i, run in enumerate(report.runs)}
     written = {
-        "sweep": _sweep(plt, report, colours, out_dir / "sweep.png"),
-        "trend": _trend(plt, report, out_dir / "trend.png", baseline or {}),
-        "locales": _slices(plt, report, colours, "locale", out_dir / "locales.png"),
-        "categories": _slices(plt, report, colours, "category", out_dir / "categories.png"),
+        "sweep": _sweep(Figure, report, colours, out_dir / "sweep.png"),
+        "trend": _trend(Figure, report, out_dir / "trend.png", baseline or {}),
+        "locales": _slices(Figure, report, colours, "locale", out_dir / "locales.png"),
+        "categories": _slices(Figure, report, colours, "category", out_dir / "categories.png"),
     }
     return {name: path.name for name, path in written.items()}
 
 
-def _sweep(plt, report: Report, colours, path: Path) -> Path:
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
+def _sweep(Figure, report: Report, colours, path: Path) -> Path:
+    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    axes = fig.subplots(1, 3, sharey=True)
     for ax, metric in zip(axes, SWEEP_METRICS, strict=True):
         for run in report.runs:
             rows = run.sweep.filter(pl.col("metric") == metric).sort("k")
@@ -47,11 +48,12 @@ def _sweep(plt, report: Report, colours, path: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower right")
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
-def _trend(plt, report: Report, path: Path, baseline: dict[str, float]) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 3.6))
+def _trend(Figure, report: Report, path: Path, baseline: dict[str, float]) -> Path:
+    fig = Figure(figsize=(8, 3.6), layout="constrained")
+    ax = fig.subplots()
     labels = [run.run_id for run in report.runs]
     for metric, style in zip(SWEEP_METRICS, ("-o", "-s", "-^"), strict=True):
         values = [(run.figure(metric) or {}).get("mean") for run in report.runs]
@@ -63,14 +65,15 @@ def _trend(plt, report: Report, path: Path, baseline: dict[str, float]) -> Path:
     ax.set_title("Headline figures by run (oldest first" + (", dashed: baseline)" if baseline else ")"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(plt, fig, path)
+    return _save(fig, path)
 
 
-def _slices(plt, report: Report, colours, slice_: str, path: Path) -> Path:
+def _slices(Figure, report: Report, colours, slice_: str, path: Path) -> Path:
     values = sorted(
         {v for run in report.runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
     )
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8))
+    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8), layout="constrained")
+    ax = fig.subplots()
     width = 0.8 / max(1, len(report.runs))
     for i, run in enumerate(report.runs):
         rows = {
@@ -85,15 +88,14 @@ def _slices(plt, report: Report, colours, slice_: str, path: Path) -> Path:
         for x, r in zip(xs, got, strict=True):
             ax.text(x, 0.02, f"n={r['n']}", rotation=90, ha="center", va="bottom", fontsize=6, color="white")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(values))], values)
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.3)  # headroom for the legend above the bars
+    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
     ax.set_title(f"hit@k per {slice_} at each run's headline k (95% CI)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    return _save(plt, fig, path)
+    ax.legend(fontsize=7, loc="upper center", ncol=2)
+    return _save(fig, path)
 
 
-def _save(plt, fig, path: Path) -> Path:
-    fig.tight_layout()
+def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=90)
-    plt.close(fig)
     return path

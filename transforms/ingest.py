@@ -29,8 +29,8 @@ from transforms.records import MAX_RECORD_BYTES, split_records
 # pass, which rejects exactly the lines over MAX_RECORD_BYTES; the clean copy is then read
 # with a buffer large enough for every line that passed.
 FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
-# About this much JSON per partition keeps a partition's frames well under 200 MB.
-PARTITION_BYTES = 128 * 1024 * 1024
+# About this much JSON per partition keeps a partition's frames to a few hundred MB.
+PARTITION_BYTES = 256 * 1024 * 1024
 GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
 
 REJECTS_SCHEMA = {

@@ -1,0 +1,41 @@
+"""A one-line progress display on stderr for large runs, only when stderr is a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+LARGE_RUN_BYTES = 32 * 1024 * 1024
+
+
+class Progress:
+    """`[2/4] run-id  partition 3/8` rewritten in place; silent when piped or for small runs."""
+
+    def __init__(self, n_runs: int, stream: TextIO = sys.stderr):
+        self.n_runs = n_runs
+        self.stream = stream
+        self.active = False
+        self.started = 0.0
+
+    def start_run(self, index: int, run_id: str, size_bytes: int) -> None:
+        self.active = self.stream.isatty() and size_bytes >= LARGE_RUN_BYTES
+        self.prefix = f"[{index}/{self.n_runs}] {run_id} ({size_bytes / 1e6:,.0f} MB)"
+        self.started = time.monotonic()
+        self.show("reading and checking records")
+
+    def show(self, step: str) -> None:
+        if self.active:
+            elapsed = time.monotonic() - self.started
+            self.stream.write(f"\r\x1b[K{self.prefix}  {step}  {elapsed:4.1f} s")
+            self.stream.flush()
+
+    def partition(self, done: int, total: int) -> None:
+        bar = "#" * round(20 * done / total)
+        self.show(f"[{bar:<20}] partition {done}/{total}")
+
+    def end_run(self) -> None:
+        if self.active:
+            self.show("done")
+            self.stream.write("\n")
+            self.stream.flush()

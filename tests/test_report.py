@@ -1,0 +1,116 @@
+"""The written report: content, charts, the self-contained HTML page, JSON, progress."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from flows.pipeline import EvaluationOptions, evaluate, read_report, write_report
+from flows.progress import Progress
+from flows.warehouse import Warehouse
+from tests.conftest import SAMPLE_RUNS
+from transforms.report_render import render_json, render_terminal
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    run_ids = evaluate(EvaluationOptions(runs=SAMPLE_RUNS, warehouse=root / "wh", ks=(1, 2, 8)))
+    report = read_report(Warehouse(root / "wh"), run_ids)
+    report = write_report(report, root / "reports", baseline=SAMPLE_RUNS.parent / "baselines" / "baseline.json")
+    return report, root / "reports"
+
+
+def test_markdown_has_n_beside_every_figure_and_the_caveats(written):
+    report, folder = written
+    markdown = (folder / "report.md").read_text()
+    assert "recall@k is a lower bound" in markdown and "indicative" in markdown
+    tables = [block for block in markdown.split("\n\n") if block.startswith("| slice |")]
+    assert len(tables) == len(report.runs) == 4
+    for table in tables:
+        header, _, *rows = table.splitlines()
+        assert header.split("|")[-2].strip() == "n"
+        assert all(re.fullmatch(r"\d+", row.split("|")[-2].strip()) for row in rows)
+    assert "| 4* |" in markdown  # the headline k is marked in each sweep
+    assert "changed hit@k between 2026-11-16-hybrid-rerank and 2026-11-23-hybrid-rerank-ptbr-regression" in markdown
+
+
+def test_every_chart_is_a_png_and_is_referenced(written):
+    report, folder = written
+    markdown = (folder / "report.md").read_text()
+    assert set(report.charts) == {"sweep", "trend", "locales", "categories"}
+    for file_name in report.charts.values():
+        assert (folder / file_name).read_bytes()[:8] == PNG_MAGIC
+        assert f"]({file_name})" in markdown
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.links, self.tables = [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        if tag in ("link", "script", "a", "iframe"):
+            self.links.append(attrs)
+        if tag == "table":
+            self.tables += 1
+
+
+def test_html_is_self_contained_with_every_chart_inline(written):
+    report, folder = written
+    html = (folder / "report.html").read_text()
+    page = _Page()
+    page.feed(html)
+    assert len(page.images) == len(report.charts) == 4
+    assert all(src.startswith("data:image/png;base64,") for src in page.images)
+    assert page.links == []  # no stylesheet, script or link to fetch
+    assert not re.search(r"(?:src|href)=\"(?:https?:)?//", html)
+    assert page.tables >= 2 * len(report.runs)
+    assert '<meta name="viewport"' in html
+
+
+def test_json_output_carries_every_slice_at_the_headline_k(written):
+    report, _ = written
+    document = json.loads(render_json(report))
+    run = document["runs"][-1]
+    at_headline = {(a["slice"], a["slice_value"]) for a in run["aggregates"] if a["k"] == run["headline_k"]}
+    assert ("all", "all") in at_headline and ("locale", "pt-BR") in at_headline
+    assert ("locale_category", "pt-BR/golden") in at_headline
+    assert {a["k"] for a in run["aggregates"]} == {1, 2, 4, 8}
+
+
+def test_terminal_colours_only_when_asked(written):
+    report, _ = written
+    assert "\x1b[" not in render_terminal(report, colour=False)
+    coloured = render_terminal(report, colour=True)
+    assert "\x1b[31m-0.042" in coloured and "\x1b[32m+0.125" in coloured
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_shows_on_a_terminal_for_large_runs_only():
+    piped, terminal = io.StringIO(), _Terminal()
+    for stream in (piped, terminal):
+        progress = Progress(1, stream)
+        progress.start_run(1, "big", 500 * 1024 * 1024)
+        progress.partition(1, 2)
+        progress.end_run()
+    assert piped.getvalue() == ""
+    assert "[1/1] big (524 MB)" in terminal.getvalue() and "partition 1/2" in terminal.getvalue()
+    small = _Terminal()
+    progress = Progress(1, small)
+    progress.start_run(1, "small", 1024)
+    progress.end_run()
+    assert small.getvalue() == ""
