@@ -13,7 +13,7 @@ import polars as pl
 
 from flows import config
 from flows.progress import Progress
-from flows.warehouse import Warehouse
+from flows.warehouse import STAGED_TABLE, Warehouse
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.case_metrics import cutoffs, write_case_metrics
 from transforms.errors import Reject, RejectedRecords
@@ -71,7 +71,8 @@ def run_cutoffs(manifest: Manifest, options: EvaluationOptions) -> tuple[int, li
 def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
     return stage_cases(
         manifest,
-        warehouse.staging_dir(txn, manifest.run_id),
+        warehouse.staged_root,
+        warehouse.scratch_dir(txn, manifest.run_id),
         allow_rejects=options.allow_rejects,
         partitions=options.partitions,
     )
@@ -86,7 +87,7 @@ def evaluate_partition(
         cases=warehouse.new_part("cases", run_id, txn, index),
         retrieved=warehouse.new_part("retrieved", run_id, txn, index),
         case_metrics=warehouse.new_part("case_metrics", run_id, txn, index),
-        partials=staged_path.with_name(f"partials-{index:03d}.parquet"),
+        partials=warehouse.scratch_dir(txn, run_id) / f"partials-{index:03d}.parquet",
     )
     retrieved = retrieved_items(staged, run_id)
     retrieved.write_parquet(parts.retrieved, compression="lz4")
@@ -113,7 +114,7 @@ def finish_run(
         part["aggregates"], compression="zstd"
     )
     cases = [p.cases for p in partitions]
-    run_summary(manifest, cases, len(staged.rejects), headline_k, ks).write_parquet(part["runs"])
+    run_summary(manifest, cases, len(staged.rejects), headline_k, ks, staged.digest).write_parquet(part["runs"])
     return RunParts(
         run_id,
         {
@@ -121,6 +122,7 @@ def finish_run(
             "retrieved": [p.retrieved for p in partitions],
             "case_metrics": [p.case_metrics for p in partitions],
             **{table: [path] for table, path in part.items()},
+            STAGED_TABLE: [staged.directory],
         },
         staged.rejects,
     )

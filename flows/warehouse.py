@@ -23,7 +23,9 @@ from transforms.errors import InputError
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 CATALOG_NAME = "catalog.duckdb"
 LOCK_NAME = ".lock"
-STAGING = ".staging"
+SCRATCH = ".scratch"
+STAGED = ".staged"
+STAGED_TABLE = "staged"  # rows of _partitions that keep a staged folder, not a view
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 CATALOG_WAIT_S = 30.0  # how long to wait for another process's hold on the catalog file
 
@@ -46,9 +48,17 @@ class Warehouse:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"part-{txn}-{partition:03d}.parquet"
 
-    def staging_dir(self, txn: str, run_id: str) -> Path:
-        """Scratch of one run's ingest; removed with every other leftover under the lock."""
-        return self.root / STAGING / txn / run_id
+    def scratch_dir(self, txn: str, run_id: str) -> Path:
+        """Scratch of one run's job (spill, partial sums); removed under the lock afterwards."""
+        folder = self.root / SCRATCH / txn / run_id
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
+    @property
+    def staged_root(self) -> Path:
+        """Content-addressed staged runs; each committed run keeps the staging it came from,
+        so an unchanged run is not read again (see transforms/ingest.py)."""
+        return self.root / STAGED
 
     @staticmethod
     def new_txn() -> str:
@@ -134,7 +144,10 @@ class Warehouse:
         """Delete what no view points at: superseded parts, and parts and scratch folders
         of a writer that failed or was killed. Only called under the writer lock."""
         keep = self.referenced()
-        shutil.rmtree(self.root / STAGING, ignore_errors=True)
+        shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
+        for staged in self.staged_root.glob("*/*"):
+            if staged.is_dir() and staged not in keep:
+                shutil.rmtree(staged, ignore_errors=True)
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
                 for entry in folder.iterdir():

@@ -161,3 +161,32 @@ def test_a_long_record_past_duckdbs_buffer_but_under_the_limit_loads(tmp_path):
     evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
     with Warehouse(tmp_path / "wh").connect() as con:
         assert sorted(con.execute("select case_id from cases").fetchall()) == [("good",), ("long",)]
+
+
+def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
+    import transforms.ingest as ingest
+
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(40))
+    options = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh")
+    evaluate(options)
+    with Warehouse(tmp_path / "wh").connect() as con:
+        first = con.table("case_metrics").pl().sort("case_id", "k")
+
+    def must_not_read(*args, **kwargs):
+        raise AssertionError("the unchanged run was read again")
+
+    monkeypatch.setattr(ingest, "_stage_fresh", must_not_read)
+    evaluate(options)
+    os.utime(run_dir / "cases.jsonl")  # touched, same bytes: the digest decides, still cached
+    evaluate(options)
+    with Warehouse(tmp_path / "wh").connect() as con:
+        assert con.table("case_metrics").pl().sort("case_id", "k").equals(first)
+
+    monkeypatch.undo()
+    write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(30))  # new bytes: read again
+    evaluate(options)
+    with Warehouse(tmp_path / "wh").connect() as con:
+        assert con.execute("select n_cases from runs").fetchall() == [(30,)]
+        staged = con.execute("select count(*) from _partitions where table_name = 'staged'").fetchone()[0]
+    assert staged == 1
+    assert len(list((tmp_path / "wh" / ".staged" / "run-a").glob("*-p1-strict"))) == 1  # the old one is gone

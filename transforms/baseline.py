@@ -4,7 +4,6 @@ nothing about the refresh itself (no timestamp of it)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,19 +25,6 @@ def tool_version() -> str:
         return "unknown"
 
 
-def artifact_digest(run_dir: Path) -> str | None:
-    """sha256 over the run's manifest and cases file, in that order; None when gone."""
-    files = [run_dir / "manifest.json"] + sorted(run_dir.glob("cases.jsonl*"))
-    if not all(f.is_file() for f in files) or len(files) < 2:
-        return None
-    digest = hashlib.sha256()
-    for path in files:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return "sha256:" + digest.hexdigest()
-
-
 def _round(value):
     return round(value, FLOAT_PLACES) if isinstance(value, float) else value
 
@@ -48,7 +34,6 @@ def build_snapshot(run: dict, aggregates: pl.DataFrame, case_metrics: pl.DataFra
     k = run["headline_k"]
     at_k = aggregates.filter(pl.col("k") == k).sort("slice", "slice_value", "metric")
     cases = case_metrics.filter(pl.col("k") == k).sort("case_id")
-    source_file = Path(run["source_file"])
     return {
         "format_version": FORMAT_VERSION,
         "run_id": run["run_id"],
@@ -57,7 +42,7 @@ def build_snapshot(run: dict, aggregates: pl.DataFrame, case_metrics: pl.DataFra
             "run_created_at": run["created_at"],
             "git_sha": run["git_sha"],
             "dataset_version": run["dataset_version"],
-            "artifact_digest": artifact_digest(source_file.parent),
+            "artifact_digest": run["artifact_digest"],
             "tool_version": tool_version(),
             "n_cases": run["n_cases"],
             "n_labelled": run["n_labelled"],

@@ -9,9 +9,12 @@ valid lines back through the same pass.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import shutil
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -33,6 +36,8 @@ FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
 PARTITION_BYTES = 256 * 1024 * 1024
 GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
 
+STAGED_MANIFEST = "staged.json"
+
 REJECTS_SCHEMA = {
     "run_id": pl.String,
     "source_file": pl.String,
@@ -47,10 +52,37 @@ class StagedRun:
     """One run's valid records as Parquet partitions, and the account of its records."""
 
     run_id: str
+    directory: Path  # the content-addressed folder of this staging
     partitions: list[Path]  # empty when the run was refused (rejects, strict mode)
     n_cases: int
+    digest: str  # sha256 of manifest.json and the cases file
     rejects: list[Reject] = field(default_factory=list)
     loaded: bool = True
+    cached: bool = False  # staged by an earlier job from the same bytes: not re-read
+
+    def to_json(self) -> dict:
+        return {
+            "run_id": self.run_id,
+            "directory": str(self.directory),
+            "partitions": [str(p) for p in self.partitions],
+            "n_cases": self.n_cases,
+            "digest": self.digest,
+            "rejects": [vars(r) for r in self.rejects],
+            "loaded": self.loaded,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> StagedRun:
+        return cls(
+            run_id=data["run_id"],
+            directory=Path(data["directory"]),
+            partitions=[Path(p) for p in data["partitions"]],
+            n_cases=data["n_cases"],
+            digest=data["digest"],
+            rejects=[Reject(**r) for r in data["rejects"]],
+            loaded=data["loaded"],
+            cached=True,
+        )
 
 
 def partition_count(path: Path) -> int:
@@ -58,42 +90,103 @@ def partition_count(path: Path) -> int:
     return max(1, math.ceil(size / PARTITION_BYTES))
 
 
+def artifact_digest(manifest: Manifest, stat_cache: Path | None = None) -> str:
+    """sha256 over the run's manifest.json and cases file, in that order.
+
+    With `stat_cache`, files whose size and modification time are unchanged since the last
+    digest are not read again (the way make and git decide what changed).
+    """
+    files = [manifest.run_dir / "manifest.json", manifest.cases_file]
+    stamp = [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    if stat_cache is not None and stat_cache.is_file():
+        cached = json.loads(stat_cache.read_text())
+        if cached.get("stamp") == stamp:
+            return cached["digest"]
+    digest = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    result = "sha256:" + digest.hexdigest()
+    if stat_cache is not None:
+        stat_cache.parent.mkdir(parents=True, exist_ok=True)
+        stat_cache.write_text(json.dumps({"stamp": stamp, "digest": result}))
+    return result
+
+
 def stage_cases(
     manifest: Manifest,
-    staging_dir: Path,
+    staged_root: Path,
+    scratch: Path,
     *,
     allow_rejects: bool,
     partitions: int | None = None,
     display_name: str | None = None,
 ) -> StagedRun:
-    """Validate one run's cases file and stage its valid records under `staging_dir`."""
+    """Validate one run's cases file and stage its valid records under `staged_root`.
+
+    Staging is content-addressed: the same bytes staged the same way are found again in
+    `staged_root/<run_id>/<digest>-p<partitions>-<mode>/` and not re-read.
+    """
     source = manifest.cases_file
     display_name = display_name or str(source)
     n_partitions = partitions or partition_count(source)
-    staging_dir.mkdir(parents=True, exist_ok=True)
-    con = engine.connect(spill_dir=staging_dir)
+    run_root = staged_root / manifest.run_id
+    digest = artifact_digest(manifest, run_root / "stat.json")
+    mode = "allow-rejects" if allow_rejects else "strict"
+    target = run_root / f"{digest.removeprefix('sha256:')[:20]}-p{n_partitions}-{mode}"
+    if (target / STAGED_MANIFEST).is_file():
+        return StagedRun.from_json(json.loads((target / STAGED_MANIFEST).read_text()))
+
+    building = target.with_name(target.name + f".tmp-{uuid.uuid4().hex[:8]}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    con = engine.connect(spill_dir=scratch)
     try:
-        files = _stage(con, source, staging_dir / "fast", n_partitions, FAST_PATH_OBJECT_LIMIT)
-        rejects: list[Reject] = []
-        if files is None:
-            clean = staging_dir / "clean.jsonl"
-            with open(clean, "wb") as clean_out:
-                account = split_records(source, display_name, clean_out)
-            rejects = account.rejects
-            if account.valid + len(rejects) == 0:
-                raise InputError(f"{display_name}: holds no records")
-            if rejects and not allow_rejects:
-                return StagedRun(manifest.run_id, [], 0, rejects, loaded=False)
-            files = _stage(con, clean, staging_dir / "clean", n_partitions, MAX_RECORD_BYTES)
-            if files is None:
-                raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
-            clean.unlink()
-        n_cases = _count(con, files)
+        staged = _stage_fresh(
+            con, manifest, source, building, scratch, n_partitions, digest, allow_rejects, display_name
+        )
     finally:
         con.close()
-    if n_cases == 0 and not rejects:
+    if staged.n_cases == 0 and not staged.rejects:
+        shutil.rmtree(building, ignore_errors=True)
         raise InputError(f"{display_name}: holds no records")
-    return StagedRun(manifest.run_id, files, n_cases, rejects)
+    # The partitions move with their folder; the manifest of the staging is written last.
+    building.mkdir(parents=True, exist_ok=True)
+    staged = replace(
+        staged, directory=target, partitions=[target / p.relative_to(building) for p in staged.partitions]
+    )
+    (building / STAGED_MANIFEST).write_text(json.dumps(staged.to_json()))
+    building.rename(target)
+    return staged
+
+
+def _stage_fresh(
+    con: duckdb.DuckDBPyConnection,
+    manifest: Manifest,
+    source: Path,
+    building: Path,
+    scratch: Path,
+    n_partitions: int,
+    digest: str,
+    allow_rejects: bool,
+    display_name: str,
+) -> StagedRun:
+    files = _stage(con, source, building, n_partitions, FAST_PATH_OBJECT_LIMIT)
+    rejects: list[Reject] = []
+    if files is None:
+        clean = scratch / "clean.jsonl"
+        with open(clean, "wb") as clean_out:
+            account = split_records(source, display_name, clean_out)
+        rejects = account.rejects
+        if account.valid + len(rejects) == 0:
+            raise InputError(f"{display_name}: holds no records")
+        if rejects and not allow_rejects:
+            return StagedRun(manifest.run_id, building, [], 0, digest, rejects, loaded=False)
+        files = _stage(con, clean, building, n_partitions, MAX_RECORD_BYTES)
+        if files is None:
+            raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
+        clean.unlink()
+    return StagedRun(manifest.run_id, building, files, _count(con, files), digest, rejects)
 
 
 def _stage(

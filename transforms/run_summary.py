@@ -25,11 +25,17 @@ RUNS_SCHEMA = {
     "dataset_version": pl.String,
     "config": pl.String,
     "source_file": pl.String,
+    "artifact_digest": pl.String,
 }
 
 
 def run_summary(
-    manifest: Manifest, cases_paths: list[Path], n_rejected: int, headline_k: int, ks: list[int]
+    manifest: Manifest,
+    cases_paths: list[Path],
+    n_rejected: int,
+    headline_k: int,
+    ks: list[int],
+    artifact_digest: str,
 ) -> pl.DataFrame:
     """One row. A run is vacuous (SPEC 2.9) when it has labelled cases and none retrieved anything."""
     columns = ["n_gold", "n_retrieved", "n_cards"]
@@ -57,6 +63,7 @@ def run_summary(
             "dataset_version": [manifest.dataset_version],
             "config": [json.dumps(manifest.config, sort_keys=True)],
             "source_file": [str(manifest.cases_file)],
+            "artifact_digest": [artifact_digest],
         },
         schema=RUNS_SCHEMA,
     )
