@@ -348,6 +348,17 @@ def flow_parameters(
     }
 
 
+@contextmanager
+def configured_flow(task_runner: str, dask_address: str | None, *, start_server: bool) -> Iterator[Any]:
+    """evaluate_flow on the chosen task runner, with quiet settings; with `start_server`, the
+    temporary server is started first so that worker processes can be pointed at it."""
+    with quiet_settings():
+        api_url = ensure_api_url() if start_server else None
+        runner = make_task_runner(task_runner, dask_address, api_url)
+        with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
+            yield evaluate_flow.with_options(task_runner=runner)
+
+
 def run_tracked(
     options: EvaluationOptions,
     task_runner: str = "thread",
@@ -366,11 +377,9 @@ def run_tracked(
     pipeline (InputError and its kin) are raised as they are, as in the in-process mode.
     """
     parameters = flow_parameters(options, baseline, tolerance, locale_tolerance, floors, charts)
-    with quiet_settings():
-        api_url = ensure_api_url() if task_runner == "dask" and dask_address is None else None
-        runner = make_task_runner(task_runner, dask_address, api_url)
-        with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
-            return evaluate_flow.with_options(task_runner=runner)(**parameters, return_state=return_state)
+    local_dask = task_runner == "dask" and dask_address is None
+    with configured_flow(task_runner, dask_address, start_server=local_dask) as evaluate:
+        return evaluate(**parameters, return_state=return_state)
 
 
 def serve(
@@ -391,13 +400,8 @@ def serve(
     history); otherwise against a temporary server that lives only as long as this process.
     """
     parameters = flow_parameters(options or EvaluationOptions(), baseline, tolerance, locale_tolerance, floors)
-    with quiet_settings():
-        api_url = ensure_api_url()
-        runner = make_task_runner(task_runner, dask_address, api_url)
-        with temporary_settings(updates={PREFECT_API_URL: api_url} if api_url else {}):
-            evaluate_flow.with_options(task_runner=runner).serve(
-                name=DEPLOYMENT_NAME, schedules=[Cron(cron, timezone=timezone)], parameters=parameters
-            )
+    with configured_flow(task_runner, dask_address, start_server=True) as evaluate:
+        evaluate.serve(name=DEPLOYMENT_NAME, schedules=[Cron(cron, timezone=timezone)], parameters=parameters)
 
 
 if __name__ == "__main__":
