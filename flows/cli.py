@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="ingest runs, compute metrics, write the warehouse and the report")
     run.add_argument("runs", nargs="?", type=Path, default=config.RUNS, help="runs root or one run folder")
-    run.add_argument("--kb", type=Path, default=config.KB, help="knowledge base cards.jsonl")
+    run.add_argument("--kb", type=Path, default=config.KB,
+                     help="knowledge base cards.jsonl: gold ids that are not cards are flagged in the report")
     run.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
     run.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
     run.add_argument("--k", type=positive_int, help="headline k (default: each run's retrieval_top_k)")
@@ -132,6 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     options = EvaluationOptions(
         runs=args.runs,
+        kb=args.kb,
         warehouse=args.warehouse,
         report_dir=args.report_dir,
         k=args.k,
@@ -144,10 +146,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         from flows.prefect_flows import run_tracked
 
         outcome = run_tracked(options, args.task_runner, args.dask_address, baseline=args.baseline)
-        report = read_report(Warehouse(args.warehouse), outcome.run_ids)  # the flow wrote report.md
+        report = read_report(Warehouse(args.warehouse), outcome.run_ids, options.kb)  # the flow wrote report.md
     else:
         run_ids = evaluate(options)
-        report = write_report(read_report(Warehouse(args.warehouse), run_ids), args.report_dir, baseline=args.baseline)
+        report = read_report(Warehouse(args.warehouse), run_ids, options.kb)
+        report = write_report(report, args.report_dir, baseline=args.baseline)
     if args.json:
         sys.stdout.write(render_json(report))
     else:

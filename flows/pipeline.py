@@ -17,6 +17,7 @@ from flows.warehouse import STAGED_TABLE, Warehouse
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.case_metrics import cutoffs, write_case_metrics
 from transforms.errors import Reject, RejectedRecords
+from transforms.kb_check import effective_gold_not_in_kb
 from transforms.ingest import StagedRun, read_staged, stage_cases, write_rejects
 from transforms.rankings import case_rows, retrieved_items
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
@@ -29,6 +30,7 @@ from transforms.run_summary import run_summary
 @dataclass(frozen=True)
 class EvaluationOptions:
     runs: Path = config.RUNS
+    kb: Path = config.KB
     warehouse: Path = config.WAREHOUSE
     report_dir: Path = config.REPORT_DIR
     k: int | None = None
@@ -188,10 +190,16 @@ def evaluate(options: EvaluationOptions) -> list[str]:
     return [result.run_id for result in results]
 
 
-def read_report(warehouse: Warehouse, run_ids: list[str]) -> Report:
-    """The report model of `run_ids`, read back through the catalog's views."""
+def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None) -> Report:
+    """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
+    ids that are not cards of the knowledge base are flagged in each run's warnings."""
     params = {"ids": run_ids}
     with warehouse.connect() as con:
+        gold = con.sql(
+            "select run_id, case_id, gold_source as field, unnest(gold) as gold_id from cases "
+            "where list_contains($ids, run_id)",
+            params=params,
+        ).pl()
         runs = con.sql("select * from runs where list_contains($ids, run_id)", params=params).pl()
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
@@ -199,7 +207,8 @@ def read_report(warehouse: Warehouse, run_ids: list[str]) -> Report:
         case_metrics = con.sql(
             "select * from case_metrics where list_contains($ids, run_id)", params=params
         ).pl()
-    return build_report(runs, aggregates, case_metrics)
+    unknown_gold = effective_gold_not_in_kb(kb, gold) if kb is not None and kb.is_file() else None
+    return build_report(runs, aggregates, case_metrics, unknown_gold)
 
 
 def write_report(

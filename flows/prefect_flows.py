@@ -136,12 +136,20 @@ def commit_task(warehouse: str, results: list[RunParts]) -> None:
 
 @task(name="report", cache_policy=NO_CACHE)
 def report_task(
-    warehouse: str, run_ids: list[str], report_dir: str, charts: bool = True, baseline: str | None = None
+    warehouse: str,
+    run_ids: list[str],
+    report_dir: str,
+    charts: bool = True,
+    baseline: str | None = None,
+    kb: str | None = None,
 ) -> str:
     """report.md (and charts) in `report_dir`, and the report as Prefect artifacts."""
     folder = Path(report_dir).absolute()
     report = write_report(
-        read_report(Warehouse(Path(warehouse)), run_ids), folder, charts=charts, baseline=Path(baseline) if baseline else None
+        read_report(Warehouse(Path(warehouse)), run_ids, Path(kb) if kb else None),
+        folder,
+        charts=charts,
+        baseline=Path(baseline) if baseline else None,
     )
     # The UI cannot show the report folder's images: the artifact keeps the tables only.
     create_markdown_artifact(
@@ -197,6 +205,7 @@ def gate_task(
 @flow(name=FLOW_NAME)
 def evaluate_flow(
     runs: str = str(config.RUNS),
+    kb: str = str(config.KB),
     warehouse: str = str(config.WAREHOUSE),
     report_dir: str = str(config.REPORT_DIR),
     k: int | None = None,
@@ -221,26 +230,35 @@ def evaluate_flow(
         root = str(store.root)
         staging = [stage_run_task.submit(str(m.run_dir), root, txn, options) for m in manifests]
         wait(staging)  # no task is still writing when the lock is released, even on failure
-        results = []
+        # Every partition of every run is submitted before any is awaited, so one large run
+        # and many small ones spread over the workers alike.
+        pending = []
         for manifest, staged_future in zip(manifests, staging, strict=True):
             staged = staged_future.result()
             if not staged.loaded:
-                results.append(refused_run_task(staged, root, txn))
+                pending.append((manifest, staged, None))
                 continue
             _, cutoffs = run_cutoffs(manifest, options)
-            partition_futures = [
+            futures = [
                 evaluate_partition_task.submit(path, staged.run_id, cutoffs, root, txn, index)
                 for index, path in enumerate(staged.partitions)
             ]
-            wait(partition_futures)
-            partitions = [future.result() for future in partition_futures]
-            results.append(finish_run_task(str(manifest.run_dir), staged, partitions, root, txn, options))
+            pending.append((manifest, staged, futures))
+        wait([future for _, _, futures in pending for future in futures or []])
+        results = [
+            refused_run_task(staged, root, txn)
+            if futures is None
+            else finish_run_task(
+                str(manifest.run_dir), staged, [f.result() for f in futures], root, txn, options
+            )
+            for manifest, staged, futures in pending
+        ]
         commit_task(root, results)
     error = refused(results)
     if error is not None:
         raise error
     run_ids = [result.run_id for result in results]
-    report_path = report_task(str(store.root), run_ids, report_dir, charts, baseline)
+    report_path = report_task(str(store.root), run_ids, report_dir, charts, baseline, kb)
     if baseline is None or not manifests:
         return FlowOutcome(run_ids, report_path)
     latest = max(manifests, key=lambda m: m.created_at).run_id
@@ -333,6 +351,7 @@ def flow_parameters(
     floors = floors or {}
     return {
         "runs": str(options.runs),
+        "kb": str(options.kb),
         "warehouse": str(options.warehouse),
         "report_dir": str(options.report_dir),
         "k": options.k,

@@ -114,3 +114,19 @@ def test_progress_shows_on_a_terminal_for_large_runs_only():
     progress.start_run(1, "small", 1024)
     progress.end_run()
     assert small.getvalue() == ""
+
+
+def test_gold_ids_missing_from_the_kb_are_flagged(tmp_path):
+    from tests.conftest import case, chunk, write_run
+
+    write_run(tmp_path / "runs", "run-a", [
+        case("ok", [chunk("A::00", "A")], ["A"]),
+        case("orphan", [chunk("A::00", "A")], ["card-gone", "A"]),
+    ])
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n")
+    run_ids = evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+    with_kb = read_report(Warehouse(tmp_path / "wh"), run_ids, kb)
+    assert any("1 gold id(s) in 1 case(s) are not cards of the knowledge base" in w for w in with_kb.runs[0].warnings)
+    without = read_report(Warehouse(tmp_path / "wh"), run_ids)
+    assert not any("knowledge base" in w for w in without.runs[0].warnings)

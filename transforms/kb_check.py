@@ -13,8 +13,8 @@ from transforms.errors import InputError
 from transforms.manifest import Manifest
 
 
-def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
-    """One row per (run, case, field, gold id) that is not a KB card id."""
+def _with_kb(kb: Path) -> duckdb.DuckDBPyConnection:
+    """A connection holding temp table kb_cards, checked: every card has a unique id."""
     if not kb.is_file():
         raise InputError(f"{kb}: no such knowledge base file")
     con = engine.connect()
@@ -22,11 +22,17 @@ def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
         con.execute("create temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
     except duckdb.Error as error:
         raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
-    n_missing, n_repeated = con.execute(
+    [(n_missing, n_repeated)] = con.execute(
         "select count(*) filter (where id is null or id = ''), count(id) - count(distinct id) from kb_cards"
-    ).fetchone()
+    ).fetchall()
     if n_missing or n_repeated:
         raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
+    return con
+
+
+def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
+    """One row per (run, case, field, gold id) written in the cases files that is not a KB card."""
+    con = _with_kb(kb)
     con.execute(
         "create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)"
     )
@@ -40,4 +46,12 @@ def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
             raise InputError(
                 f"{manifest.cases_file}: has malformed records; `retrieval-eval run` names them by line"
             ) from None
+    return con.sql(sql.load("gold_not_in_kb")).pl()
+
+
+def effective_gold_not_in_kb(kb: Path, gold: pl.DataFrame) -> pl.DataFrame:
+    """The same check on gold already loaded: `gold` has run_id, case_id, field, gold_id."""
+    con = _with_kb(kb)
+    con.register("gold_frame", gold)
+    con.execute("create temp table gold_ids as select run_id, case_id, field, gold_id from gold_frame")
     return con.sql(sql.load("gold_not_in_kb")).pl()

@@ -59,8 +59,14 @@ class Report:
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
 
-def build_report(runs: pl.DataFrame, aggregates: pl.DataFrame, case_metrics: pl.DataFrame) -> Report:
-    """Assemble the report from the `runs`, `aggregates` and `case_metrics` rows of the runs shown."""
+def build_report(
+    runs: pl.DataFrame,
+    aggregates: pl.DataFrame,
+    case_metrics: pl.DataFrame,
+    unknown_gold: pl.DataFrame | None = None,
+) -> Report:
+    """Assemble the report from the `runs`, `aggregates` and `case_metrics` rows of the runs
+    shown, and the gold ids that are not KB cards (run_id, case_id, gold_id) when checked."""
     run_reports = []
     for run in runs.sort("created_at", "run_id").iter_rows(named=True):
         mine = aggregates.filter(pl.col("run_id") == run["run_id"])
@@ -79,7 +85,7 @@ def build_report(runs: pl.DataFrame, aggregates: pl.DataFrame, case_metrics: pl.
                 config=run["config"],
                 headline=mine.filter(pl.col("k") == run["headline_k"]),
                 sweep=mine.filter(pl.col("slice") == "all"),
-                warnings=run_warnings(run, run_metrics),
+                warnings=run_warnings(run, run_metrics) + kb_warnings(run["run_id"], unknown_gold),
             )
         )
     latest = run_reports[-1] if run_reports else None
@@ -158,6 +164,18 @@ def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
             f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view)."
         )
     return warnings
+
+
+def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
+    if unknown_gold is None:
+        return []
+    mine = unknown_gold.filter(pl.col("run_id") == run_id)
+    if mine.height == 0:
+        return []
+    return [
+        f"{mine.height} gold id(s) in {mine['case_id'].n_unique()} case(s) are not cards of the "
+        "knowledge base: those cases can never hit (see `retrieval-eval check-kb`)."
+    ]
 
 
 def headline_table(report: Report) -> pl.DataFrame:
