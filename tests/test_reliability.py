@@ -190,3 +190,30 @@ def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
         staged = con.execute("select count(*) from _partitions where table_name = 'staged'").fetchone()[0]
     assert staged == 1
     assert len(list((tmp_path / "wh" / ".staged" / "run-a").glob("*-p1-strict"))) == 1  # the old one is gone
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 200 KiB tmpfs: a full disk for real (needs root, as on CI; skipped elsewhere)."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mount_point)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+def test_a_full_disk_is_a_clear_message_and_leaves_nothing_half_written(tiny_disk, tmp_path):
+    from tests.conftest import SAMPLE_RUNS
+
+    result = subprocess.run(
+        cli_command("run", str(SAMPLE_RUNS), "--warehouse", str(tiny_disk / "wh"), "--report-dir", str(tmp_path / "rep")),
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
+    assert list((tiny_disk / "wh").glob("*/run_id=*/*.parquet")) == []  # no part was left behind
