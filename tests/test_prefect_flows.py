@@ -145,3 +145,47 @@ def test_other_errors_are_not_retried(prefect_server, tmp_path, monkeypatch):
     assert state.is_failed()
     assert len(calls) == 1
     assert not (options.warehouse / "catalog.duckdb").exists()  # nothing was committed
+
+
+def test_serve_registers_the_nightly_cron_deployment(prefect_server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", "serve", "--cron", "30 3 * * *"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deployment, deadline = None, time.monotonic() + 90
+        with get_client(sync_client=True) as client:
+            while deployment is None and time.monotonic() < deadline and server.poll() is None:
+                try:
+                    deployment = client.read_deployment_by_name("retrieval-eval/nightly")
+                except Exception:  # not registered yet
+                    time.sleep(1)
+        assert deployment is not None, "the deployment was not registered"
+        assert [s.schedule.cron for s in deployment.schedules] == ["30 3 * * *"]
+        assert deployment.parameters["runs"] == "data/runs"
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def test_an_existing_dask_cluster_is_used_by_address(prefect_server, tmp_path):
+    from distributed import LocalCluster
+
+    options = sample_options(tmp_path, RUN_IDS[:1])
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        outcome = prefect_flows.run_tracked(options, dask_address=cluster.scheduler_address, charts=False)
+    assert outcome.run_ids == RUN_IDS[:1]
+    assert aggregates(options.warehouse).height > 0
