@@ -130,3 +130,10 @@ def test_gold_ids_missing_from_the_kb_are_flagged(tmp_path):
     assert any("1 gold id(s) in 1 case(s) are not cards of the knowledge base" in w for w in with_kb.runs[0].warnings)
     without = read_report(Warehouse(tmp_path / "wh"), run_ids)
     assert not any("knowledge base" in w for w in without.runs[0].warnings)
+
+
+def test_without_a_sweep_there_is_no_k_curve(tmp_path):
+    run_ids = evaluate(EvaluationOptions(runs=SAMPLE_RUNS / "2026-11-02-dense", warehouse=tmp_path / "wh"))
+    report = write_report(read_report(Warehouse(tmp_path / "wh"), run_ids), tmp_path / "reports")
+    assert set(report.charts) == {"trend", "locales", "categories"}
+    assert not (tmp_path / "reports" / "sweep.png").exists()

@@ -24,17 +24,21 @@ def write_charts(report: Report, out_dir: Path, baseline: dict[str, float] | Non
 
     palette = colormaps["tab10"]
     colours = {run.run_id: palette(i % 10) for i, run in enumerate(report.runs)}
-    written = {
-        "sweep": _sweep(Figure, report, colours, out_dir / "sweep.png"),
-        "trend": _trend(Figure, report, out_dir / "trend.png", baseline or {}),
-        "locales": _slices(Figure, report, colours, "locale", out_dir / "locales.png"),
-        "categories": _slices(Figure, report, colours, "category", out_dir / "categories.png"),
-    }
+    written = {}
+    if any(len(run.ks) > 1 for run in report.runs):  # a curve needs a sweep (--ks)
+        written["sweep"] = _sweep(Figure, report, colours, out_dir / "sweep.png")
+    written["trend"] = _trend(Figure, report, out_dir / "trend.png", baseline or {})
+    written["locales"] = _slices(Figure, report, colours, "locale", out_dir / "locales.png")
+    written["categories"] = _slices(Figure, report, colours, "category", out_dir / "categories.png")
     return {name: path.name for name, path in written.items()}
 
 
 def _sweep(Figure, report: Report, colours, path: Path) -> Path:
-    fig = Figure(figsize=(12, 3.6), layout="constrained")
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(12, 3.6))
+    # Fixed margins: a layout engine would cost more than drawing the chart.
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.91, wspace=0.06)
     axes = fig.subplots(1, 3, sharey=True)
     for ax, metric in zip(axes, SWEEP_METRICS, strict=True):
         for run in report.runs:
@@ -45,6 +49,7 @@ def _sweep(Figure, report: Report, colours, path: Path) -> Path:
                 ax.plot(at_headline["k"], at_headline["mean"], marker="*", ms=12, color=colours[run.run_id])
         ax.set_title(TITLES[metric])
         ax.set_xlabel("k (★ headline)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower right")
@@ -52,7 +57,8 @@ def _sweep(Figure, report: Report, colours, path: Path) -> Path:
 
 
 def _trend(Figure, report: Report, path: Path, baseline: dict[str, float]) -> Path:
-    fig = Figure(figsize=(8, 3.6), layout="constrained")
+    fig = Figure(figsize=(8, 3.6))
+    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.3, top=0.9)
     ax = fig.subplots()
     labels = [run.run_id for run in report.runs]
     for metric, style in zip(SWEEP_METRICS, ("-o", "-s", "-^"), strict=True):
@@ -72,7 +78,8 @@ def _slices(Figure, report: Report, colours, slice_: str, path: Path) -> Path:
     values = sorted(
         {v for run in report.runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
     )
-    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8), layout="constrained")
+    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8))
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.1, top=0.9)
     ax = fig.subplots()
     width = 0.8 / max(1, len(report.runs))
     for i, run in enumerate(report.runs):
