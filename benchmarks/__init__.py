@@ -1,0 +1,1 @@
+"""Benchmark harness of retrieval-eval: see benchmarks/README.md."""
