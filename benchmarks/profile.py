@@ -22,7 +22,6 @@ import argparse
 import collections
 import shutil
 import json
-import os
 import subprocess
 import sys
 import tempfile

@@ -204,8 +204,11 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
         ).pl()
+        # The diagnostics read each run's headline k only: a k sweep does not grow the report.
         case_metrics = con.sql(
-            "select * from case_metrics where list_contains($ids, run_id)", params=params
+            "select case_metrics.* from case_metrics join runs using (run_id) "
+            "where list_contains($ids, run_id) and case_metrics.k = runs.headline_k",
+            params=params,
         ).pl()
     unknown_gold = effective_gold_not_in_kb(kb, gold) if kb is not None and kb.is_file() else None
     return build_report(runs, aggregates, case_metrics, unknown_gold)

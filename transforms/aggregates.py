@@ -20,9 +20,15 @@ KEYS = ["run_id", "k", "slice", "slice_value", "metric"]
 
 
 def slice_partials(case_metrics: pl.DataFrame) -> pl.DataFrame:
-    """Partial sums (n, sum) per (run_id, k, slice, slice_value, metric) of some cases."""
-    long = case_metrics.unpivot(
-        index=["run_id", "k", "locale", "category"], on=list(METRICS), variable_name="metric"
+    """Partial sums (n, sum) per (run_id, k, slice, slice_value, metric) of some cases.
+
+    Cases are first summed into (run, k, locale, category) cells, the finest slice; every
+    other slice is a sum of cells. Memory stays proportional to the cases, not to cases ×
+    slices × metrics.
+    """
+    cells = case_metrics.group_by("run_id", "k", "locale", "category").agg(
+        *[pl.col(m).count().alias(f"n__{m}") for m in METRICS],
+        *[pl.col(m).sum().alias(f"sum__{m}") for m in METRICS],
     )
     by_slice = {
         "all": pl.lit("all"),
@@ -30,16 +36,29 @@ def slice_partials(case_metrics: pl.DataFrame) -> pl.DataFrame:
         "locale": pl.col("locale"),
         "locale_category": pl.concat_str(pl.col("locale"), pl.lit("/"), pl.col("category")),
     }
-    tagged = pl.concat(
+    sums = [c for c in cells.columns if c.startswith(("n__", "sum__"))]
+    per_slice = pl.concat(
         [
-            long.select(
-                "run_id", "k", pl.lit(name).alias("slice"), value.alias("slice_value"), "metric", "value"
-            )
+            cells.group_by("run_id", "k", value.alias("slice_value"))
+            .agg(pl.col(sums).sum())
+            .with_columns(pl.lit(name).alias("slice"))
             for name, value in by_slice.items()
-        ]
+        ],
+        how="vertical_relaxed",
     )
-    return tagged.group_by(KEYS).agg(
-        pl.col("value").count().alias("n"), pl.col("value").sum().alias("sum")
+    return pl.concat(
+        [
+            per_slice.select(
+                "run_id",
+                "k",
+                "slice",
+                "slice_value",
+                pl.lit(metric).alias("metric"),
+                pl.col(f"n__{metric}").cast(pl.UInt32).alias("n"),
+                pl.col(f"sum__{metric}").alias("sum"),
+            )
+            for metric in METRICS
+        ]
     )
 
 

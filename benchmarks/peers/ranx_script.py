@@ -3,9 +3,10 @@
     python benchmarks/peers/ranx_script.py CASES_JSONL
 
 Same conventions as pytrec_eval_script.py: card = parent_id (else id), first occurrence
-kept, unlabelled cases left out. ranx compiles its metric kernels with numba on first
-use in a fresh process (about 14 s on a 2-core machine unless numba's cache is warm);
-that is part of what a one-shot evaluation with ranx costs, so it is timed too.
+kept, unlabelled cases left out. ranx compiles its kernels with numba on first use and
+caches them (NUMBA_CACHE_DIR, else ranx's __pycache__); with an empty cache that took
+30-40 s on the 2-core benchmark machine. It is part of what a first evaluation with ranx
+costs (a fresh environment, a CI job), so benchmarks/run.py times it both ways.
 Prints the mean of each metric over the labelled cases.
 """
 
