@@ -240,7 +240,7 @@ def cmd_query(args: argparse.Namespace) -> int:
         except duckdb.Error as error:
             raise InputError(f"query failed: {error}") from None
     if args.format == "json":
-        sys.stdout.write(json.dumps([dict(zip(columns, row)) for row in rows], default=str, indent=2) + "\n")
+        sys.stdout.write(json.dumps([dict(zip(columns, row, strict=True)) for row in rows], default=str, indent=2) + "\n")
     elif args.format == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

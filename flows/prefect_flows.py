@@ -192,7 +192,7 @@ def gate_task(
     table = gate_table(result)
     header = [name or "status" for name in table.header]
     create_table_artifact(
-        table=[dict(zip(header, row)) for row in table.rows],
+        table=[dict(zip(header, row, strict=True)) for row in table.rows],
         key=GATE_ARTIFACT,
         description=(
             f"Gate of {result.run_id} against baseline {result.baseline_run_id} at k={result.k}: "
@@ -285,7 +285,7 @@ def quiet_settings() -> Iterator[None]:
         try:
             yield
         finally:
-            for logger, level in zip(loggers, levels):
+            for logger, level in zip(loggers, levels, strict=True):
                 logger.setLevel(level)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

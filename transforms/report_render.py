@@ -137,7 +137,7 @@ def render_terminal(report: Report, colour: bool = False) -> str:
             f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected"
         )
         for warning in run.warnings:
-            out.append(("  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning))
+            out.append("  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning)
         out.append("")
         out.append(_indent(layout_text(slice_table(run, TERMINAL_SLICES, with_ci=False))))
         out.append("")
