@@ -143,9 +143,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
     tracked = args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
     if tracked:
-        from flows.prefect_flows import run_tracked
+        from flows.prefect_flows import GateSettings, run_tracked
 
-        outcome = run_tracked(options, args.task_runner, args.dask_address, baseline=args.baseline)
+        outcome = run_tracked(options, args.task_runner, args.dask_address, GateSettings(args.baseline))
         report = read_report(Warehouse(args.warehouse), outcome.run_ids, options.kb)  # the flow wrote report.md
     else:
         run_ids = evaluate(options)
@@ -218,11 +218,11 @@ def cmd_baseline_floors(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from flows.pipeline import EvaluationOptions
-    from flows.prefect_flows import serve
+    from flows.prefect_flows import GateSettings, serve
 
     options = EvaluationOptions(runs=args.runs, warehouse=args.warehouse, report_dir=args.report_dir, ks=args.ks)
     print(f"serving the nightly deployment ({args.cron}); Ctrl-C to stop", file=sys.stderr)
-    serve(args.cron, options, args.task_runner, args.dask_address, args.baseline)
+    serve(args.cron, options, args.task_runner, args.dask_address, GateSettings(args.baseline))
     return EXIT_OK
 
 

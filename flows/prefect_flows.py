@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -339,16 +339,18 @@ def ensure_api_url() -> str | None:
     return server.api_url
 
 
-def flow_parameters(
-    options: EvaluationOptions,
-    baseline: Path | str | None = None,
-    tolerance: float = config.TOLERANCE,
-    locale_tolerance: float = config.LOCALE_TOLERANCE,
-    floors: dict[str, float] | None = None,
-    charts: bool = True,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GateSettings:
+    """The gate a flow run applies to its newest run; none without a baseline."""
+
+    baseline: Path | str | None = None
+    tolerance: float = config.TOLERANCE
+    locale_tolerance: float = config.LOCALE_TOLERANCE
+    floors: dict[str, float] = field(default_factory=dict)
+
+
+def flow_parameters(options: EvaluationOptions, gate: GateSettings, charts: bool = True) -> dict[str, Any]:
     """The flow's parameters for `options` (JSON-friendly: paths as strings, ks as a list)."""
-    floors = floors or {}
     return {
         "runs": str(options.runs),
         "kb": str(options.kb),
@@ -357,11 +359,11 @@ def flow_parameters(
         "k": options.k,
         "ks": list(options.ks) or None,
         "allow_rejects": options.allow_rejects,
-        "baseline": None if baseline is None else str(baseline),
-        "tolerance": tolerance,
-        "locale_tolerance": locale_tolerance,
-        "min_hit": floors.get("hit_at_k"),
-        "min_recall": floors.get("recall_at_k"),
+        "baseline": None if gate.baseline is None else str(gate.baseline),
+        "tolerance": gate.tolerance,
+        "locale_tolerance": gate.locale_tolerance,
+        "min_hit": gate.floors.get("hit_at_k"),
+        "min_recall": gate.floors.get("recall_at_k"),
         "charts": charts,
         "partitions": options.partitions,
     }
@@ -382,11 +384,8 @@ def run_tracked(
     options: EvaluationOptions,
     task_runner: str = "thread",
     dask_address: str | None = None,
-    baseline: Path | str | None = None,
+    gate: GateSettings | None = None,
     *,
-    tolerance: float = config.TOLERANCE,
-    locale_tolerance: float = config.LOCALE_TOLERANCE,
-    floors: dict[str, float] | None = None,
     charts: bool = True,
     return_state: bool = False,
 ):
@@ -395,10 +394,9 @@ def run_tracked(
     Returns the FlowOutcome, or the final state with `return_state=True`. Errors of the
     pipeline (InputError and its kin) are raised as they are, as in the in-process mode.
     """
-    parameters = flow_parameters(options, baseline, tolerance, locale_tolerance, floors, charts)
     local_dask = task_runner == "dask" and dask_address is None
     with configured_flow(task_runner, dask_address, start_server=local_dask) as evaluate:
-        return evaluate(**parameters, return_state=return_state)
+        return evaluate(**flow_parameters(options, gate or GateSettings(), charts), return_state=return_state)
 
 
 def serve(
@@ -406,11 +404,7 @@ def serve(
     options: EvaluationOptions | None = None,
     task_runner: str = "thread",
     dask_address: str | None = None,
-    baseline: Path | str | None = None,
-    *,
-    tolerance: float = config.TOLERANCE,
-    locale_tolerance: float = config.LOCALE_TOLERANCE,
-    floors: dict[str, float] | None = None,
+    gate: GateSettings | None = None,
     timezone: str = "UTC",
 ) -> None:
     """Serve the `nightly` deployment from this process until interrupted.
@@ -418,9 +412,12 @@ def serve(
     Against PREFECT_API_URL when set (a `prefect server start` keeps the schedule and the
     history); otherwise against a temporary server that lives only as long as this process.
     """
-    parameters = flow_parameters(options or EvaluationOptions(), baseline, tolerance, locale_tolerance, floors)
     with configured_flow(task_runner, dask_address, start_server=True) as evaluate:
-        evaluate.serve(name=DEPLOYMENT_NAME, schedules=[Cron(cron, timezone=timezone)], parameters=parameters)
+        evaluate.serve(
+            name=DEPLOYMENT_NAME,
+            schedules=[Cron(cron, timezone=timezone)],
+            parameters=flow_parameters(options or EvaluationOptions(), gate or GateSettings()),
+        )
 
 
 if __name__ == "__main__":
