@@ -196,3 +196,16 @@ def test_fuzzed_lines_are_all_accounted_for(tmp_path_factory, lines):
             continue
         problem = record_problem(parsed)
         assert problem is None or problem == row["reason"]
+
+
+def test_clean_gzip_cases_file_takes_the_fast_path(tmp_path, monkeypatch):
+    import transforms.ingest as ingest
+
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    (run_dir / "cases.jsonl").unlink()
+    with gzip.open(run_dir / "cases.jsonl.gz", "wt", encoding="utf-8") as out:
+        out.write(GOOD + "\n" + good_line("other") + "\n")
+    monkeypatch.setattr(ingest, "split_records", lambda *a, **k: pytest.fail("took the line-by-line path"))
+    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+    with Warehouse(tmp_path / "wh").connect() as con:
+        assert sorted(r[0] for r in con.execute("select case_id from cases").fetchall()) == ["good", "other"]
