@@ -1,4 +1,5 @@
-"""The main job in-process: ingest → case metrics → aggregates → catalog → report.
+"""The main job in-process: per run, stage → per partition (rankings, cases, case metrics,
+partial sums) → finish (aggregates, runs row); then one catalog commit, then the report.
 
 Each step is one function of transforms/ (or one model of sql/) that reads and writes
 files; flows/prefect_flows.py runs the very same steps as Prefect tasks.
@@ -15,14 +16,14 @@ from flows import config
 from flows.progress import Progress
 from flows.warehouse import STAGED_TABLE, Warehouse
 from transforms.aggregates import aggregates, merge_partials, slice_partials
+from transforms.baseline import baseline_reference, read_snapshot
 from transforms.case_metrics import cutoffs, write_case_metrics
 from transforms.errors import Reject, RejectedRecords
-from transforms.kb_check import effective_gold_not_in_kb
 from transforms.ingest import StagedRun, read_staged, stage_cases, write_rejects
-from transforms.rankings import case_rows, retrieved_items
+from transforms.kb_check import effective_gold_not_in_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
+from transforms.rankings import case_rows, retrieved_items
 from transforms.report import Report, build_report
-from transforms.baseline import baseline_reference, read_snapshot
 from transforms.report_render import render_html, render_markdown
 from transforms.run_summary import run_summary
 
@@ -194,12 +195,13 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
     """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
     ids that are not cards of the knowledge base are flagged in each run's warnings."""
     params = {"ids": run_ids}
+    check_kb = kb is not None and kb.is_file()
     with warehouse.connect() as con:
         gold = con.sql(
             "select run_id, case_id, gold_source as field, unnest(gold) as gold_id from cases "
             "where list_contains($ids, run_id)",
             params=params,
-        ).pl()
+        ).pl() if check_kb else None
         runs = con.sql("select * from runs where list_contains($ids, run_id)", params=params).pl()
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
@@ -210,7 +212,7 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
             "where list_contains($ids, run_id) and case_metrics.k = runs.headline_k",
             params=params,
         ).pl()
-    unknown_gold = effective_gold_not_in_kb(kb, gold) if kb is not None and kb.is_file() else None
+    unknown_gold = effective_gold_not_in_kb(kb, gold) if check_kb else None
     return build_report(runs, aggregates, case_metrics, unknown_gold)
 
 
