@@ -1,8 +1,8 @@
 """The record rules of a cases.jsonl (SPEC 3 and 6), applied line by line.
 
-Ingest reads a clean file with DuckDB alone; only when sql/raw_case_problems.sql (or the
-reader itself) finds trouble does it come here, to name every bad record by its line and
-keep the good ones.
+Ingest reads a clean file with DuckDB alone; only when sql/staged_cases.sql flags a record
+(or the reader itself refuses the file) does it come here, to name every bad record by its
+line and keep the good ones.
 """
 
 from __future__ import annotations
