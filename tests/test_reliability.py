@@ -168,28 +168,34 @@ def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(40))
     options = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh")
+    staged_root = tmp_path / "wh" / ".staged" / "run-a"
     evaluate(options)
+    [staging] = [p for p in staged_root.iterdir() if p.is_dir()]
     with Warehouse(tmp_path / "wh").connect() as con:
         first = con.table("case_metrics").pl().sort("case_id", "k")
 
     def must_not_read(*args, **kwargs):
         raise AssertionError("the unchanged run was read again")
 
-    monkeypatch.setattr(ingest, "_stage_fresh", must_not_read)
+    with monkeypatch.context() as patched:  # same size and mtime: not even hashed or opened
+        patched.setattr(ingest, "_stage_fresh", must_not_read)
+        patched.setattr(ingest, "artifact_digest", must_not_read)
+        evaluate(options)
+    # Touched, same bytes: found again by its hash; the staging that began is dropped.
+    os.utime(run_dir / "cases.jsonl")
     evaluate(options)
-    os.utime(run_dir / "cases.jsonl")  # touched, same bytes: the digest decides, still cached
-    evaluate(options)
+    assert [p for p in staged_root.iterdir() if p.is_dir()] == [staging]
     with Warehouse(tmp_path / "wh").connect() as con:
         assert con.table("case_metrics").pl().sort("case_id", "k").equals(first)
 
-    monkeypatch.undo()
     write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(30))  # new bytes: read again
     evaluate(options)
     with Warehouse(tmp_path / "wh").connect() as con:
         assert con.execute("select n_cases from runs").fetchall() == [(30,)]
         staged = con.execute("select count(*) from _partitions where table_name = 'staged'").fetchone()[0]
     assert staged == 1
-    assert len(list((tmp_path / "wh" / ".staged" / "run-a").glob("*-p1-strict"))) == 1  # the old one is gone
+    assert [p for p in staged_root.iterdir() if p.is_dir()] != [staging]  # the old one is gone
+    assert len([p for p in staged_root.iterdir() if p.is_dir()]) == 1
 
 
 @pytest.fixture
