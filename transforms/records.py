@@ -129,7 +129,7 @@ def split_records(path: Path, display_name: str, clean_out: IO[bytes]) -> LineAc
                     Reject(display_name, number, f"record longer than {MAX_RECORD_BYTES} bytes", raw[:1024])
                 )
                 continue
-            if not line.strip():
+            if not line.strip(b" \t\r\n"):  # blank: JSON whitespace only
                 account.blank += 1
                 continue
             reason = _line_problem(line, number, first_line_of)
