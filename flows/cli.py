@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import io
 import json
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -150,9 +148,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = run_tracked(options, args.task_runner, args.dask_address, GateSettings(args.baseline))
         report = read_report(Warehouse(args.warehouse), outcome.run_ids, options.kb)  # the flow wrote report.md
     else:
-        # The plotting library loads in the background while DuckDB and Polars work
-        # (about 0.25 s of imports taken off the critical path).
-        threading.Thread(target=importlib.import_module, args=("matplotlib.figure",), daemon=True).start()
         run_ids = evaluate(options)
         report = read_report(Warehouse(args.warehouse), run_ids, options.kb)
         report = write_report(report, args.report_dir, baseline=args.baseline)
