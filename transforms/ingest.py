@@ -16,6 +16,7 @@ import shutil
 import uuid
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import duckdb
@@ -59,7 +60,6 @@ class StagedRun:
     digest: str  # sha256 of manifest.json and the cases file
     rejects: list[Reject] = field(default_factory=list)
     loaded: bool = True
-    cached: bool = False  # staged by an earlier job from the same bytes: not re-read
 
     def to_json(self) -> dict:
         return {
@@ -82,7 +82,6 @@ class StagedRun:
             digest=data["digest"],
             rejects=[Reject(**r) for r in data["rejects"]],
             loaded=data["loaded"],
-            cached=True,
         )
 
 
@@ -158,17 +157,16 @@ def stage_cases(
     run_root.mkdir(parents=True, exist_ok=True)
     scratch.mkdir(parents=True, exist_ok=True)
     con = engine.connect(spill_dir=scratch)
+    stage = partial(_stage_fresh, con, manifest, source, building, scratch, n_partitions, allow_rejects, display_name)
     try:
         if digest:
-            staged = _stage_fresh(con, manifest, source, building, scratch, n_partitions, allow_rejects, display_name)
+            staged = stage()
         else:
             # Files not seen with this size and mtime: DuckDB stages them in a worker thread
             # while they are hashed here (about 0.3 s per 440 MB, hidden behind the DuckDB
             # pass). A touched but unchanged file is found by its hash; the pass is interrupted.
             with ThreadPoolExecutor(max_workers=1) as worker:
-                staging = worker.submit(
-                    _stage_fresh, con, manifest, source, building, scratch, n_partitions, allow_rejects, display_name
-                )
+                staging = worker.submit(stage)
                 digest = artifact_digest(manifest, stat_cache)
                 if hit := cached(digest):
                     con.interrupt()
@@ -206,9 +204,9 @@ def _stage_fresh(
     display_name: str,
 ) -> StagedRun:
     """Stage `source` into `building`; the digest is filled in by the caller."""
-    files = _stage(con, source, building, n_partitions, FAST_PATH_OBJECT_LIMIT)
+    staged = _stage(con, source, building, n_partitions, FAST_PATH_OBJECT_LIMIT)
     rejects: list[Reject] = []
-    if files is None:
+    if staged is None:
         clean = scratch / "clean.jsonl"
         with open(clean, "wb") as clean_out:
             account = split_records(source, display_name, clean_out)
@@ -217,17 +215,19 @@ def _stage_fresh(
             raise InputError(f"{display_name}: holds no records")
         if rejects and not allow_rejects:
             return StagedRun(manifest.run_id, building, [], 0, "", rejects, loaded=False)
-        files = _stage(con, clean, building, n_partitions, MAX_RECORD_BYTES)
-        if files is None:
+        staged = _stage(con, clean, building, n_partitions, MAX_RECORD_BYTES)
+        if staged is None:
             raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
         clean.unlink()
-    return StagedRun(manifest.run_id, building, files, _count(con, files), "", rejects)
+    files, n_cases = staged
+    return StagedRun(manifest.run_id, building, files, n_cases, "", rejects)
 
 
 def _stage(
     con: duckdb.DuckDBPyConnection, path: Path, out_dir: Path, partitions: int, object_limit: int
-) -> list[Path] | None:
-    """Write `path` staged and partitioned into `out_dir`; None when a record breaks a rule."""
+) -> tuple[list[Path], int] | None:
+    """Write `path` staged and partitioned into `out_dir`: (files, records), or None when a
+    record breaks a rule."""
     try:
         con.execute(
             "copy (" + sql.load("staged_cases") + ") to $out_dir "
@@ -248,22 +248,14 @@ def _stage(
         return None
     files = sorted(out_dir.glob("partition=*/*.parquet"))
     if not files:
-        return []
-    _, n_bad, n_repeated = con.execute(
+        return [], 0
+    n_records, n_bad, n_repeated = con.execute(
         sql.load("staged_case_problems"), {"files": [str(f) for f in files]}
     ).fetchone()
     if n_bad or n_repeated:
         shutil.rmtree(out_dir, ignore_errors=True)
         return None
-    return files
-
-
-def _count(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
-    if not files:
-        return 0
-    return con.execute(
-        "select count(*) from read_parquet($files)", {"files": [str(f) for f in files]}
-    ).fetchone()[0]
+    return files, n_records
 
 
 STAGED_COLUMNS = ["case_id", "locale", "category", "gold_source", "gold", "items"]
