@@ -90,13 +90,14 @@ class Warehouse:
                 yield
             finally:
                 try:
-                    self.remove_unreferenced()  # parts of this writer that never got committed
+                    self.remove_unreferenced()  # superseded parts, and parts never committed
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
 
     def commit(self, parts: dict[tuple[str, str], list[Path]]) -> None:
         """Point the catalog at `parts` ((table, run_id) → its files) in one transaction;
-        a run's earlier files of those tables are no longer read."""
+        a run's earlier files of those tables are no longer read. Called under `writing()`,
+        whose exit removes them."""
         for paths in parts.values():
             for path in paths:
                 _fsync(path)
@@ -130,7 +131,6 @@ class Warehouse:
             con.execute("commit")
         finally:
             con.close()
-        self.remove_unreferenced()
 
     def referenced(self) -> set[Path]:
         if not self.catalog_path.exists():
@@ -150,11 +150,9 @@ class Warehouse:
                 shutil.rmtree(staged, ignore_errors=True)
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
-                for entry in folder.iterdir():
-                    if entry.is_dir():
-                        shutil.rmtree(entry, ignore_errors=True)
-                    elif entry not in keep:
-                        entry.unlink(missing_ok=True)
+                for part in folder.iterdir():
+                    if part not in keep:
+                        part.unlink(missing_ok=True)
                 if not any(folder.iterdir()):
                     folder.rmdir()
 
