@@ -15,8 +15,15 @@ import polars as pl
 from transforms.case_metrics import METRICS
 
 Z_95 = 1.959963984540054
-SLICES = ("all", "category", "locale", "locale_category")
 KEYS = ["run_id", "k", "slice", "slice_value", "metric"]
+# A case's value in each slice, from its locale and category; the order is the report's.
+SLICE_VALUES = {
+    "all": pl.lit("all"),
+    "category": pl.col("category"),
+    "locale": pl.col("locale"),
+    "locale_category": pl.concat_str(pl.col("locale"), pl.lit("/"), pl.col("category")),
+}
+SLICES = tuple(SLICE_VALUES)
 
 
 def slice_partials(case_metrics: pl.DataFrame) -> pl.DataFrame:
@@ -30,19 +37,13 @@ def slice_partials(case_metrics: pl.DataFrame) -> pl.DataFrame:
         *[pl.col(m).count().alias(f"n__{m}") for m in METRICS],
         *[pl.col(m).sum().alias(f"sum__{m}") for m in METRICS],
     )
-    by_slice = {
-        "all": pl.lit("all"),
-        "category": pl.col("category"),
-        "locale": pl.col("locale"),
-        "locale_category": pl.concat_str(pl.col("locale"), pl.lit("/"), pl.col("category")),
-    }
     sums = [c for c in cells.columns if c.startswith(("n__", "sum__"))]
     per_slice = pl.concat(
         [
             cells.group_by("run_id", "k", value.alias("slice_value"))
             .agg(pl.col(sums).sum())
             .with_columns(pl.lit(name).alias("slice"))
-            for name, value in by_slice.items()
+            for name, value in SLICE_VALUES.items()
         ],
         how="vertical_relaxed",
     )

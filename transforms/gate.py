@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from transforms.aggregates import Z_95
-from transforms.case_metrics import METRICS
+from transforms.aggregates import SLICE_VALUES, Z_95
+from transforms.case_metrics import HIT_TO_MISS, METRICS, MISS_TO_HIT, hit_changes
 
 GATED_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
 BOOTSTRAP_RESAMPLES = 2000
@@ -117,14 +117,6 @@ def paired_delta_interval(deltas: np.ndarray) -> tuple[float, float] | None:
     return float(low), float(high)
 
 
-def _slice_mask(frame: pl.DataFrame, slice_: str, value: str) -> pl.Series:
-    if slice_ == "all":
-        return pl.Series([True] * frame.height)
-    if slice_ == "locale_category":
-        return (frame["locale"] + "/" + frame["category"]) == value
-    return frame[slice_] == value
-
-
 def compare(
     snapshot: dict,
     run: dict,
@@ -149,8 +141,8 @@ def compare(
             continue
         limit = tolerance if slice_ == "all" else locale_tolerance if slice_ == "locale" else None
         now = current.get((slice_, value, metric))
-        mask = _slice_mask(paired, slice_, value)
-        deltas = (paired.filter(mask)[f"{metric}_current"] - paired.filter(mask)[metric]).to_numpy()
+        in_slice = paired.filter(SLICE_VALUES[slice_] == value)
+        deltas = (in_slice[f"{metric}_current"] - in_slice[metric]).to_numpy()
         if now is None:
             lines.append(GateLine(slice_, value, metric, row["mean"], None, row["n"], 0, None, limit,
                                   True, "slice missing in this run"))
@@ -165,9 +157,7 @@ def compare(
         value = now["mean"] if now else None
         floor_lines.append(FloorLine(metric, floor, value, value is None or value < floor))
 
-    hits = paired.select("case_id", "locale", "category", "hit_at_k", "hit_at_k_current")
-    to_miss = hits.filter((pl.col("hit_at_k") == 1) & (pl.col("hit_at_k_current") == 0))
-    to_hit = hits.filter((pl.col("hit_at_k") == 0) & (pl.col("hit_at_k_current") == 1))
+    changes = hit_changes(baseline_cases, current_cases)
     baseline_ids = set(baseline_cases["case_id"])
     current_ids = set(current_cases["case_id"])
     return GateResult(
@@ -176,8 +166,8 @@ def compare(
         k=snapshot["k"],
         lines=lines,
         floors=floor_lines,
-        to_miss=to_miss.select("case_id", "locale", "category").sort("case_id").to_dicts(),
-        to_hit=to_hit.select("case_id", "locale", "category").sort("case_id").to_dicts(),
+        to_miss=changes.filter(pl.col("change") == HIT_TO_MISS).drop("change").to_dicts(),
+        to_hit=changes.filter(pl.col("change") == MISS_TO_HIT).drop("change").to_dicts(),
         added=sorted(current_ids - baseline_ids),
         removed=sorted(baseline_ids - current_ids),
         vacuous=bool(run["vacuous"]),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from transforms.case_metrics import METRICS
+from transforms.case_metrics import METRICS, hit_changes
 
 METRIC_LABELS = {
     "hit_at_k": "hit",
@@ -115,25 +115,10 @@ def _no_changes() -> pl.DataFrame:
 def changed_cases(case_metrics: pl.DataFrame, pair: list[RunReport]) -> pl.DataFrame:
     """Cases labelled in both runs whose hit at each run's headline k differs."""
     previous, latest = (
-        case_metrics.filter((pl.col("run_id") == run.run_id) & (pl.col("k") == run.headline_k)).select(
-            "case_id", "locale", "category", "hit_at_k"
-        )
+        case_metrics.filter((pl.col("run_id") == run.run_id) & (pl.col("k") == run.headline_k))
         for run in pair
     )
-    return (
-        previous.join(latest.select("case_id", pl.col("hit_at_k").alias("hit_now")), on="case_id")
-        .filter(pl.col("hit_at_k") != pl.col("hit_now"))
-        .select(
-            "case_id",
-            "locale",
-            "category",
-            pl.when(pl.col("hit_now") > pl.col("hit_at_k"))
-            .then(pl.lit("miss → hit"))
-            .otherwise(pl.lit("hit → miss"))
-            .alias("change"),
-        )
-        .sort("change", "case_id")
-    )
+    return hit_changes(previous, latest)
 
 
 def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
