@@ -57,6 +57,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.generate import generate  # noqa: E402
+from transforms.run_summary import code_fingerprint  # noqa: E402
 
 WORK = BENCH / "work"
 RESULTS = BENCH / "results"
@@ -307,12 +308,12 @@ def run_harness(
     run_dir = ensure_dataset(work_dir / "data" / name, cases, depth, seed, log)
     (work_dir / "scratch").mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=work_dir / "scratch"))
-    code_before = source_fingerprint()
+    code_before = code_fingerprint()
     try:
         rows = time_tools(tools, run_dir, repeat, scratch, log)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    note = code_note(code_before, source_fingerprint())
+    note = code_note(code_before, code_fingerprint())
     size_mb = (run_dir / "cases.jsonl").stat().st_size / 1e6
     size = f"{size_mb:,.0f} MB" if size_mb >= 10 else f"{size_mb:.2f} MB"
     title = f"{name}: {cases:,} cases x {depth} chunks ({size}), repeat {repeat}"
@@ -331,7 +332,7 @@ def run_sample(repeat: int = 3, *, work_dir: Path = WORK, results_dir: Path | No
     (Path(work_dir) / "scratch").mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="sample-", dir=Path(work_dir) / "scratch"))
     result = ToolResult(OURS)
-    code_before = source_fingerprint()
+    code_before = code_fingerprint()
     try:
         for rep in range(repeat):
             base = Path(tempfile.mkdtemp(prefix="ours-", dir=scratch))
@@ -347,7 +348,7 @@ def run_sample(repeat: int = 3, *, work_dir: Path = WORK, results_dir: Path | No
     n_lines = sum(1 for f in SAMPLE_RUNS.glob("*/cases.jsonl") for _ in open(f, "rb"))
     title = f"sample: data/runs ({len(list(SAMPLE_RUNS.glob('*/manifest.json')))} runs, {n_lines} cases), repeat {repeat}"
     markdown = render_markdown(title, [result], agreement=False,
-                               note=code_note(code_before, source_fingerprint()))
+                               note=code_note(code_before, code_fingerprint()))
     verdict = "met" if result.wall_s <= TARGETS["sample_s"] else "NOT met"
     markdown += f"\nTarget: sample <= {TARGETS['sample_s']:g} s — {verdict} (median {result.wall_s:.2f} s).\n"
     log("\n" + markdown)
@@ -358,18 +359,6 @@ def run_sample(repeat: int = 3, *, work_dir: Path = WORK, results_dir: Path | No
 
 
 # --------------------------------------------------------------------------- report
-
-
-def source_fingerprint() -> str:
-    """Short hash of the project's code (flows/, transforms/, sql/) as it is now."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for folder, pattern in (("flows", "*.py"), ("transforms", "*.py"), ("sql", "*.sql")):
-        for path in sorted((ROOT / folder).glob(pattern)):
-            digest.update(str(path.relative_to(ROOT)).encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 def code_note(before: str, after: str) -> str:

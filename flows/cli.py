@@ -127,11 +127,40 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flows.pipeline import EvaluationOptions, evaluate, read_report, write_report
-    from flows.warehouse import Warehouse
+    # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
+    tracked = args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
+    if tracked:
+        from flows.pipeline import read_report
+        from flows.prefect_flows import GateSettings, run_tracked
+        from flows.warehouse import Warehouse
+
+        outcome = run_tracked(run_options(args), args.task_runner, args.dask_address, GateSettings(args.baseline))
+        report = read_report(Warehouse(args.warehouse), outcome.run_ids, args.kb)  # the flow wrote report.md
+    else:
+        from flows.chart_process import ChartProcess
+
+        # Forked first: before the engines are imported and before any thread starts.
+        with ChartProcess() as chart_process:
+            from flows.pipeline import evaluate, read_report, write_report
+            from flows.warehouse import Warehouse
+
+            run_ids = evaluate(run_options(args))
+            report = read_report(Warehouse(args.warehouse), run_ids, args.kb)
+            report = write_report(report, args.report_dir, baseline=args.baseline, chart_process=chart_process)
     from transforms.report_render import render_json, render_terminal
 
-    options = EvaluationOptions(
+    if args.json:
+        sys.stdout.write(render_json(report))
+    else:
+        sys.stdout.write(render_terminal(report, colour=sys.stdout.isatty()))
+        sys.stdout.write(f"\nReport written to {args.report_dir / 'report.md'}\n")
+    return EXIT_OK
+
+
+def run_options(args: argparse.Namespace):
+    from flows.pipeline import EvaluationOptions
+
+    return EvaluationOptions(
         runs=args.runs,
         kb=args.kb,
         warehouse=args.warehouse,
@@ -140,23 +169,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         ks=args.ks,
         allow_rejects=args.allow_rejects,
     )
-    # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
-    tracked = args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
-    if tracked:
-        from flows.prefect_flows import GateSettings, run_tracked
-
-        outcome = run_tracked(options, args.task_runner, args.dask_address, GateSettings(args.baseline))
-        report = read_report(Warehouse(args.warehouse), outcome.run_ids, options.kb)  # the flow wrote report.md
-    else:
-        run_ids = evaluate(options)
-        report = read_report(Warehouse(args.warehouse), run_ids, options.kb)
-        report = write_report(report, args.report_dir, baseline=args.baseline)
-    if args.json:
-        sys.stdout.write(render_json(report))
-    else:
-        sys.stdout.write(render_terminal(report, colour=sys.stdout.isatty()))
-        sys.stdout.write(f"\nReport written to {args.report_dir / 'report.md'}\n")
-    return EXIT_OK
 
 
 def cmd_check_kb(args: argparse.Namespace) -> int:

@@ -1,8 +1,10 @@
-"""The main job in-process: per run, stage → per partition (rankings, cases, case metrics,
-partial sums) → finish (aggregates, runs row); then one catalog commit, then the report.
+"""The main job in-process: per run, one DuckDB pass over its cases file streams staged
+cases in batches → per batch (rankings, cases, case metrics, partial sums) → finish
+(aggregates, runs row); then one catalog commit, then the report.
 
-Each step is one function of transforms/ (or one model of sql/) that reads and writes
-files; flows/prefect_flows.py runs the very same steps as Prefect tasks.
+Each step is one function of transforms/ (or one model of sql/); flows/prefect_flows.py
+runs the same steps as Prefect tasks, with the staged cases written as hash partitions so
+that each partition can be its own task.
 """
 
 from __future__ import annotations
@@ -13,19 +15,29 @@ from pathlib import Path
 import polars as pl
 
 from flows import config
+from flows.chart_process import ChartProcess
 from flows.progress import Progress
-from flows.warehouse import STAGED_TABLE, Warehouse
+from flows.warehouse import Warehouse
+from transforms import engine
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.baseline import baseline_reference, read_snapshot
-from transforms.case_metrics import cutoffs, write_case_metrics
-from transforms.errors import Reject, RejectedRecords
-from transforms.ingest import StagedRun, read_staged, stage_cases, write_rejects
+from transforms.case_metrics import case_metrics, cutoffs
+from transforms.errors import InputError, Reject, RejectedRecords
+from transforms.ingest import (
+    StagedRun,
+    digest_beside,
+    ingest,
+    partition_count,
+    stage_partitions,
+    stream_staged,
+    write_rejects,
+)
 from transforms.kb_check import effective_gold_not_in_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.rankings import case_rows, retrieved_items
 from transforms.report import Report, build_report
 from transforms.report_render import render_html, render_markdown
-from transforms.run_summary import run_summary
+from transforms.run_summary import evaluation_key, run_summary
 
 
 @dataclass(frozen=True)
@@ -71,21 +83,60 @@ def run_cutoffs(manifest: Manifest, options: EvaluationOptions) -> tuple[int, li
     return headline_k, cutoffs(headline_k, options.ks)
 
 
+def _reusable(warehouse: Warehouse, manifest: Manifest, options: EvaluationOptions):
+    """A test of a digest: does the warehouse hold this run evaluated from the same bytes,
+    cutoffs, reject mode and code? Returns (test, the committed parts)."""
+    headline_k, ks = run_cutoffs(manifest, options)
+    committed_key, parts = warehouse.committed(manifest.run_id)
+
+    def reusable(digest: str) -> bool:
+        return committed_key == evaluation_key(digest, headline_k, ks, options.allow_rejects)
+
+    return reusable, parts
+
+
 def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
-    return stage_cases(
-        manifest,
-        warehouse.staged_root,
-        warehouse.scratch_dir(txn, manifest.run_id),
-        allow_rejects=options.allow_rejects,
-        partitions=options.partitions,
-    )
+    """The scale-out ingest: validate one run's cases file and write its staged cases as
+    Parquet partitions by a stable hash of case_id (one task per partition follows)."""
+    scratch = warehouse.scratch_dir(txn, manifest.run_id)
+    reusable, committed = _reusable(warehouse, manifest, options)
+    n_partitions = options.partitions or partition_count(manifest.cases_file)
+    con = engine.connect(spill_dir=scratch)
+    try:
+        digest, outcome = digest_beside(
+            manifest,
+            warehouse.digest_cache(manifest.run_id),
+            con,
+            lambda: ingest(
+                manifest.cases_file,
+                scratch,
+                str(manifest.cases_file),
+                options.allow_rejects,
+                lambda path, limit: stage_partitions(con, path, scratch / "staged", n_partitions, limit),
+            ),
+            reusable,
+        )
+    finally:
+        con.close()
+    if outcome is None:
+        return StagedRun(manifest.run_id, [], 0, digest, reused=committed)
+    result, rejects = outcome
+    if result is None:
+        return StagedRun(manifest.run_id, [], 0, digest, rejects, loaded=False)
+    files, n_cases = result
+    _check_not_empty(manifest, n_cases, rejects)
+    return StagedRun(manifest.run_id, files, n_cases, digest, rejects)
+
+
+def _check_not_empty(manifest: Manifest, n_cases: int, rejects: list[Reject]) -> None:
+    if n_cases == 0 and not rejects:
+        raise InputError(f"{manifest.cases_file}: holds no records")
 
 
 def evaluate_partition(
-    staged_path: Path, run_id: str, ks: list[int], warehouse: Warehouse, txn: str, index: int
+    staged: pl.DataFrame, run_id: str, ks: list[int], warehouse: Warehouse, txn: str, index: int
 ) -> PartitionParts:
-    """Rankings, cases, case metrics and partial sums of one staged partition."""
-    staged = read_staged(staged_path)
+    """Rankings, cases, case metrics and partial sums of one batch of staged cases."""
     parts = PartitionParts(
         cases=warehouse.new_part("cases", run_id, txn, index),
         retrieved=warehouse.new_part("retrieved", run_id, txn, index),
@@ -93,10 +144,12 @@ def evaluate_partition(
         partials=warehouse.scratch_dir(txn, run_id) / f"partials-{index:03d}.parquet",
     )
     retrieved = retrieved_items(staged, run_id)
-    retrieved.write_parquet(parts.retrieved, compression="lz4")
-    case_rows(staged, retrieved, run_id).write_parquet(parts.cases, compression="lz4")
-    write_case_metrics(parts.cases, ks, parts.case_metrics)
-    slice_partials(pl.read_parquet(parts.case_metrics)).write_parquet(parts.partials)
+    engine.write_parquet(retrieved.drop("case_no"), parts.retrieved, compression="lz4", statistics=False)
+    cases = case_rows(staged, retrieved, run_id)
+    engine.write_parquet(cases, parts.cases, compression="lz4")
+    metrics = case_metrics(cases, ks)
+    engine.write_parquet(metrics, parts.case_metrics)
+    engine.write_parquet(slice_partials(metrics), parts.partials)
     return parts
 
 
@@ -106,18 +159,21 @@ def finish_run(
     partitions: list[PartitionParts],
     warehouse: Warehouse,
     txn: str,
-    headline_k: int,
-    ks: list[int],
+    options: EvaluationOptions,
 ) -> RunParts:
     """Aggregates merged from every partition's partial sums, the `runs` row and rejects."""
     run_id = manifest.run_id
+    headline_k, ks = run_cutoffs(manifest, options)
     part = {table: warehouse.new_part(table, run_id, txn) for table in ("aggregates", "runs", "rejects")}
     write_rejects(run_id, staged.rejects, part["rejects"])
-    aggregates(merge_partials([pl.read_parquet(p.partials) for p in partitions])).write_parquet(
-        part["aggregates"], compression="zstd"
+    engine.write_parquet(
+        aggregates(merge_partials([pl.read_parquet(p.partials) for p in partitions])), part["aggregates"]
     )
     cases = [p.cases for p in partitions]
-    run_summary(manifest, cases, len(staged.rejects), headline_k, ks, staged.digest).write_parquet(part["runs"])
+    key = evaluation_key(staged.digest, headline_k, ks, options.allow_rejects)
+    engine.write_parquet(
+        run_summary(manifest, cases, len(staged.rejects), headline_k, ks, staged.digest, key), part["runs"]
+    )
     return RunParts(
         run_id,
         {
@@ -125,7 +181,6 @@ def finish_run(
             "retrieved": [p.retrieved for p in partitions],
             "case_metrics": [p.case_metrics for p in partitions],
             **{table: [path] for table, path in part.items()},
-            STAGED_TABLE: [staged.directory],
         },
         staged.rejects,
     )
@@ -138,6 +193,11 @@ def refused_run(staged: StagedRun, warehouse: Warehouse, txn: str) -> RunParts:
     return RunParts(staged.run_id, {"rejects": [path]}, staged.rejects, loaded=False)
 
 
+def reused_run(staged: StagedRun) -> RunParts:
+    """An unchanged run: its committed files stay as they are."""
+    return RunParts(staged.run_id, staged.reused or {})
+
+
 def evaluate_run(
     manifest: Manifest,
     warehouse: Warehouse,
@@ -145,17 +205,44 @@ def evaluate_run(
     options: EvaluationOptions,
     progress: Progress | None = None,
 ) -> RunParts:
-    """Every step of one run, in this process."""
-    staged = stage_run(manifest, warehouse, txn, options)
-    if not staged.loaded:
-        return refused_run(staged, warehouse, txn)
-    headline_k, ks = run_cutoffs(manifest, options)
-    partitions = []
-    for index, path in enumerate(staged.partitions):
+    """Every step of one run, in this process: one DuckDB pass streams the staged cases to
+    Polars in batches; nothing is staged on disk."""
+    run_id = manifest.run_id
+    _, ks = run_cutoffs(manifest, options)
+    scratch = warehouse.scratch_dir(txn, run_id)
+    reusable, committed = _reusable(warehouse, manifest, options)
+
+    def evaluate_batch(staged: pl.DataFrame, index: int) -> PartitionParts:
         if progress:
-            progress.partition(index, len(staged.partitions))
-        partitions.append(evaluate_partition(path, manifest.run_id, ks, warehouse, txn, index))
-    return finish_run(manifest, staged, partitions, warehouse, txn, headline_k, ks)
+            progress.batch(index + 1, staged.height)
+        return evaluate_partition(staged, run_id, ks, warehouse, txn, index)
+
+    con = engine.connect(spill_dir=scratch)
+    try:
+        digest, outcome = digest_beside(
+            manifest,
+            warehouse.digest_cache(run_id),
+            con,
+            lambda: ingest(
+                manifest.cases_file,
+                scratch,
+                str(manifest.cases_file),
+                options.allow_rejects,
+                lambda path, limit: stream_staged(con, path, limit, evaluate_batch),
+            ),
+            reusable,
+        )
+    finally:
+        con.close()
+    if outcome is None:
+        return reused_run(StagedRun(run_id, [], 0, digest, reused=committed))
+    result, rejects = outcome
+    staged = StagedRun(run_id, [], 0, digest, rejects, loaded=result is not None)
+    if result is None:
+        return refused_run(staged, warehouse, txn)
+    partitions, n_cases = result
+    _check_not_empty(manifest, n_cases, rejects)
+    return finish_run(manifest, staged, partitions, warehouse, txn, options)
 
 
 def commit_runs(warehouse: Warehouse, results: list[RunParts]) -> None:
@@ -217,16 +304,25 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
 
 
 def write_report(
-    report: Report, report_dir: Path, charts: bool = True, baseline: Path | None = None
+    report: Report,
+    report_dir: Path,
+    charts: bool = True,
+    baseline: Path | None = None,
+    chart_process: ChartProcess | None = None,
 ) -> Report:
     """report.md and report.html with their charts in `report_dir`; returns the report
-    with chart names set. A baseline snapshot adds its figures to the trend chart."""
+    with chart names set. A baseline snapshot adds its figures to the trend chart. With a
+    `chart_process`, the charts are drawn there (see flows/chart_process.py)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     if charts:
-        from transforms.charts import write_charts
-
         reference = baseline_reference(read_snapshot(baseline)) if baseline else None
-        report = replace(report, charts=write_charts(report, report_dir, reference))
+        if chart_process is not None:
+            names = chart_process.draw(report.runs, report_dir, reference)
+        else:
+            from transforms.charts import write_charts
+
+            names = write_charts(report.runs, report_dir, reference)
+        report = replace(report, charts=names)
     (report_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
     images = {name: (report_dir / name).read_bytes() for name in report.charts.values()}
     (report_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")

@@ -47,13 +47,14 @@ from flows.pipeline import (
     read_report,
     refused,
     refused_run,
+    reused_run,
     run_cutoffs,
     stage_run,
     write_report,
 )
 from flows.warehouse import Warehouse
 from transforms.engine import THREADS_ENV
-from transforms.ingest import StagedRun
+from transforms.ingest import StagedRun, read_staged
 from transforms.manifest import load_manifest
 from transforms.report import headline_table
 from transforms.report_render import gate_table, render_markdown
@@ -100,7 +101,8 @@ IO_RETRIES = {"retries": 2, "retry_delay_seconds": [1, 2], "retry_condition_fn":
 
 @task(name="stage-run", task_run_name="stage-{run_dir}", cache_policy=NO_CACHE, **IO_RETRIES)
 def stage_run_task(run_dir: str, warehouse: str, txn: str, options: EvaluationOptions) -> StagedRun:
-    """Validate one run's cases file and stage it as partitions (one read of the file)."""
+    """Validate one run's cases file and stage it as partitions (one read of the file); an
+    unchanged run (same content digest, cutoffs and code) is not read but reused."""
     return stage_run(load_manifest(Path(run_dir)), Warehouse(Path(warehouse)), txn, options)
 
 
@@ -109,7 +111,7 @@ def evaluate_partition_task(
     staged_path: Path, run_id: str, ks: list[int], warehouse: str, txn: str, index: int
 ) -> PartitionParts:
     """Rankings, cases, case metrics and partial sums of one partition of a run."""
-    return evaluate_partition(staged_path, run_id, ks, Warehouse(Path(warehouse)), txn, index)
+    return evaluate_partition(read_staged(staged_path), run_id, ks, Warehouse(Path(warehouse)), txn, index)
 
 
 @task(name="finish-run", task_run_name="finish-{run_dir}", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -118,9 +120,7 @@ def finish_run_task(
     options: EvaluationOptions,
 ) -> RunParts:
     """Aggregates merged from the partitions' partial sums, the `runs` row and rejects."""
-    manifest = load_manifest(Path(run_dir))
-    headline_k, ks = run_cutoffs(manifest, options)
-    return finish_run(manifest, staged, partitions, Warehouse(Path(warehouse)), txn, headline_k, ks)
+    return finish_run(load_manifest(Path(run_dir)), staged, partitions, Warehouse(Path(warehouse)), txn, options)
 
 
 @task(name="refuse-run", task_run_name="refuse-{staged.run_id}", cache_policy=NO_CACHE)
@@ -235,7 +235,7 @@ def evaluate_flow(
         pending = []
         for manifest, staged_future in zip(manifests, staging, strict=True):
             staged = staged_future.result()
-            if not staged.loaded:
+            if not staged.loaded or staged.reused is not None:
                 pending.append((manifest, staged, None))
                 continue
             _, cutoffs = run_cutoffs(manifest, options)
@@ -246,7 +246,9 @@ def evaluate_flow(
             pending.append((manifest, staged, futures))
         wait([future for _, _, futures in pending for future in futures or []])
         results = [
-            refused_run_task(staged, root, txn)
+            reused_run(staged)
+            if staged.reused is not None
+            else refused_run_task(staged, root, txn)
             if futures is None
             else finish_run_task(
                 str(manifest.run_dir), staged, [f.result() for f in futures], root, txn, options

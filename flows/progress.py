@@ -10,7 +10,8 @@ LARGE_RUN_BYTES = 32 * 1024 * 1024
 
 
 class Progress:
-    """`[2/4] run-id  partition 3/8` rewritten in place; silent when piped or for small runs."""
+    """`[2/4] run-id (440 MB)  batch 3: 100,000 cases` rewritten in place; silent when
+    piped or for small runs."""
 
     def __init__(self, n_runs: int, stream: TextIO = sys.stderr):
         self.n_runs = n_runs
@@ -30,9 +31,8 @@ class Progress:
             self.stream.write(f"\r\x1b[K{self.prefix}  {step}  {elapsed:4.1f} s")
             self.stream.flush()
 
-    def partition(self, done: int, total: int) -> None:
-        bar = "#" * round(20 * done / total)
-        self.show(f"[{bar:<20}] partition {done}/{total}")
+    def batch(self, number: int, n_cases: int) -> None:
+        self.show(f"batch {number}: {n_cases:,} cases")
 
     def end_run(self) -> None:
         if self.active:

@@ -24,8 +24,7 @@ TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 CATALOG_NAME = "catalog.duckdb"
 LOCK_NAME = ".lock"
 SCRATCH = ".scratch"
-STAGED = ".staged"
-STAGED_TABLE = "staged"  # rows of _partitions that keep a staged folder, not a view
+DIGESTS = ".digests"
 DEFAULT_LOCK_TIMEOUT_S = 600.0
 CATALOG_WAIT_S = 30.0  # how long to wait for another process's hold on the catalog file
 
@@ -54,11 +53,32 @@ class Warehouse:
         folder.mkdir(parents=True, exist_ok=True)
         return folder
 
-    @property
-    def staged_root(self) -> Path:
-        """Content-addressed staged runs; each committed run keeps the staging it came from,
-        so an unchanged run is not read again (see transforms/ingest.py)."""
-        return self.root / STAGED
+    def digest_cache(self, run_id: str) -> Path:
+        """Where the content digest of a run's files is kept with their size and mtime."""
+        return self.root / DIGESTS / f"{run_id}.json"
+
+    def committed(self, run_id: str) -> tuple[str | None, dict[str, list[Path]]]:
+        """The evaluation key of a run as committed (None when it has no `runs` row, or one
+        written before keys were kept) and its committed files per table."""
+        if not self.catalog_path.exists():
+            return None, {}
+        with self.connect(read_only=True) as con:
+            if not _has_partitions(con):
+                return None, {}
+            parts: dict[str, list[Path]] = {}
+            for table, path in con.execute(
+                "select table_name, path from _partitions where run_id = $run_id order by table_name, path",
+                {"run_id": run_id},
+            ).fetchall():
+                parts.setdefault(table, []).append(self.root / path)
+            if "runs" not in parts:
+                return None, parts
+            keys = con.sql(
+                "select * from read_parquet($files, union_by_name = true)",
+                params={"files": [str(p) for p in parts["runs"]]},
+            ).pl()
+        key = keys["evaluation_key"][0] if "evaluation_key" in keys.columns and keys.height else None
+        return key, parts
 
     @staticmethod
     def new_txn() -> str:
@@ -145,9 +165,6 @@ class Warehouse:
         of a writer that failed or was killed. Only called under the writer lock."""
         keep = self.referenced()
         shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
-        for staged in self.staged_root.glob("*/*"):
-            if staged.is_dir() and staged not in keep:
-                shutil.rmtree(staged, ignore_errors=True)
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
                 for part in folder.iterdir():

@@ -7,8 +7,10 @@
 -- only detects, and must flag at least every record those rules reject.
 -- SPEC 2.4: gold is relevant_ids when non-null, else must_cite_one_of, de-duplicated
 -- (sorted: gold is a set).
--- Columns: case_id, locale, category, gold_source, gold, items (list of struct(chunk_id,
---          parent_id, score) in rank order), breaks_rule, partition
+-- The retrieved items come as parallel lists in rank order (cheaper to hand to Polars
+-- than a list of structs).
+-- Columns: case_id, locale, category, gold_source, gold, chunk_ids, parent_ids, scores,
+--          breaks_rule, partition
 with raw as (
     select *
     from read_json(
@@ -73,19 +75,32 @@ typed as (
         case when breaks_gold then [] else
             coalesce(list_sort(list_distinct(coalesce(relevant_ids, must_cite_one_of) ->> '$[*]')), [])
         end as gold,
-        case when breaks_item_types then [] else list_transform(
-            coalesce(retrieved_context, []),
-            lambda x: {chunk_id: x.id ->> '$', parent_id: x.parent_id ->> '$', score: x.score::double}
-        ) end as items,
+        case when breaks_item_types then [] else
+            list_transform(coalesce(retrieved_context, []), lambda x: x.id ->> '$')
+        end as chunk_ids,
+        case when breaks_item_types then [] else
+            list_transform(coalesce(retrieved_context, []), lambda x: x.parent_id ->> '$')
+        end as parent_ids,
+        case when breaks_item_types then [] else
+            list_transform(coalesce(retrieved_context, []), lambda x: x.score::double)
+        end as scores,
         breaks_required or breaks_gold or breaks_item_types as breaks_rule,
-        hash(case_id ->> '$') % $partitions as partition
+        (hash(case_id ->> '$') % $partitions::ubigint)::integer as partition
     from checked
 ),
 
 final as (
     select
-        * exclude (breaks_rule),
-        breaks_rule or len(list_filter(items, lambda i: not isfinite(i.score))) > 0 as breaks_rule
+        case_id,
+        locale,
+        category,
+        gold_source,
+        gold,
+        chunk_ids,
+        parent_ids,
+        scores,
+        breaks_rule or len(list_filter(scores, lambda s: not isfinite(s))) > 0 as breaks_rule,
+        partition
     from typed
 )
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -164,38 +165,45 @@ def test_a_long_record_past_duckdbs_buffer_but_under_the_limit_loads(tmp_path):
 
 
 def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
+    import flows.pipeline as pipeline
     import transforms.ingest as ingest
 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(40))
     options = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh")
-    staged_root = tmp_path / "wh" / ".staged" / "run-a"
     evaluate(options)
-    [staging] = [p for p in staged_root.iterdir() if p.is_dir()]
-    with Warehouse(tmp_path / "wh").connect() as con:
+    warehouse = Warehouse(tmp_path / "wh")
+    _, first_parts = warehouse.committed("run-a")
+    with warehouse.connect() as con:
         first = con.table("case_metrics").pl().sort("case_id", "k")
 
     def must_not_read(*args, **kwargs):
         raise AssertionError("the unchanged run was read again")
 
     with monkeypatch.context() as patched:  # same size and mtime: not even hashed or opened
-        patched.setattr(ingest, "_stage_fresh", must_not_read)
+        patched.setattr(pipeline, "stream_staged", must_not_read)
         patched.setattr(ingest, "artifact_digest", must_not_read)
         evaluate(options)
-    # Touched, same bytes: found again by its hash; the staging that began is dropped.
+    assert warehouse.committed("run-a")[1] == first_parts  # the same files, kept
+
+    # Touched, same bytes: found again by its hash; the pass that began is not committed.
     os.utime(run_dir / "cases.jsonl")
     evaluate(options)
-    assert [p for p in staged_root.iterdir() if p.is_dir()] == [staging]
-    with Warehouse(tmp_path / "wh").connect() as con:
+    assert warehouse.committed("run-a")[1] == first_parts
+    with warehouse.connect() as con:
         assert con.table("case_metrics").pl().sort("case_id", "k").equals(first)
+
+    # Other cutoffs: evaluated again, from the same bytes.
+    evaluate(replace(options, ks=(1, 3)))
+    assert warehouse.committed("run-a")[1]["case_metrics"] != first_parts["case_metrics"]
 
     write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(30))  # new bytes: read again
     evaluate(options)
-    with Warehouse(tmp_path / "wh").connect() as con:
+    with warehouse.connect() as con:
         assert con.execute("select n_cases from runs").fetchall() == [(30,)]
-        staged = con.execute("select count(*) from _partitions where table_name = 'staged'").fetchone()[0]
-    assert staged == 1
-    assert [p for p in staged_root.iterdir() if p.is_dir()] != [staging]  # the old one is gone
-    assert len([p for p in staged_root.iterdir() if p.is_dir()]) == 1
+    leftovers = {p for p in (tmp_path / "wh").rglob("*.parquet")} - {
+        p for paths in warehouse.committed("run-a")[1].values() for p in paths
+    }
+    assert leftovers == set()  # superseded parts are gone
 
 
 @pytest.fixture

@@ -105,10 +105,10 @@ def test_progress_shows_on_a_terminal_for_large_runs_only():
     for stream in (piped, terminal):
         progress = Progress(1, stream)
         progress.start_run(1, "big", 500 * 1024 * 1024)
-        progress.partition(1, 2)
+        progress.batch(1, 100_000)
         progress.end_run()
     assert piped.getvalue() == ""
-    assert "[1/1] big (524 MB)" in terminal.getvalue() and "partition 1/2" in terminal.getvalue()
+    assert "[1/1] big (524 MB)" in terminal.getvalue() and "batch 1: 100,000 cases" in terminal.getvalue()
     small = _Terminal()
     progress = Progress(1, small)
     progress.start_run(1, "small", 1024)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 import polars as pl
 
@@ -22,15 +21,14 @@ def cutoffs(headline_k: int, sweep: Iterable[int] = ()) -> list[int]:
     return ks
 
 
-def write_case_metrics(cases_path: Path, ks: list[int], out_path: Path) -> int:
-    """One row per (labelled case, k) from a run's `cases` Parquet; returns the row count."""
+def case_metrics(cases: pl.DataFrame, ks: list[int]) -> pl.DataFrame:
+    """One row per (labelled case, k) of a run's `cases` rows, by sql/case_metrics.sql."""
     con = engine.connect()
-    con.execute("create temp table cases as select * from read_parquet($path)", {"path": str(cases_path)})
-    relation = con.sql(sql.load("case_metrics"), params={"ks": ks})
-    relation.write_parquet(str(out_path), compression="zstd")
-    n_rows = con.execute("select count(*) from read_parquet($path)", {"path": str(out_path)}).fetchone()[0]
-    con.close()
-    return n_rows
+    try:
+        con.register("cases", cases)
+        return con.sql(sql.load("case_metrics"), params={"ks": ks}).pl()
+    finally:
+        con.close()
 
 
 HIT_TO_MISS, MISS_TO_HIT = "hit → miss", "miss → hit"

@@ -8,32 +8,43 @@ from pathlib import Path
 
 import polars as pl
 
-from transforms.report import Report
+from transforms.report import RunReport
 
 SWEEP_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
 TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k (lower bound)", "ndcg_at_k": "nDCG@k"}
 
 
-def write_charts(report: Report, out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
-    """Write every chart into `out_dir`; returns chart name → file name."""
-    if not report.runs:
+def warm_up() -> None:
+    """Import the plotting stack and load its fonts by drawing a tiny figure, so that the
+    next charts cost their drawing only (flows/chart_process.py does this ahead of time)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(1, 1))
+    figure.subplots().set_title("warm-up")
+    FigureCanvasAgg(figure).draw()
+
+
+def write_charts(runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
+    """Write every chart of the report's runs into `out_dir`; returns chart name → file name."""
+    if not runs:
         return {}
     # The object-oriented API without pyplot: no GUI backend, no global figure state.
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     palette = colormaps["tab10"]
-    colours = {run.run_id: palette(i % 10) for i, run in enumerate(report.runs)}
+    colours = {run.run_id: palette(i % 10) for i, run in enumerate(runs)}
     written = {}
-    if any(len(run.ks) > 1 for run in report.runs):  # a curve needs a sweep (--ks)
-        written["sweep"] = _sweep(Figure, report, colours, out_dir / "sweep.png")
-    written["trend"] = _trend(Figure, report, out_dir / "trend.png", baseline or {})
-    written["locales"] = _slices(Figure, report, colours, "locale", out_dir / "locales.png")
-    written["categories"] = _slices(Figure, report, colours, "category", out_dir / "categories.png")
+    if any(len(run.ks) > 1 for run in runs):  # a curve needs a sweep (--ks)
+        written["sweep"] = _sweep(Figure, runs, colours, out_dir / "sweep.png")
+    written["trend"] = _trend(Figure, runs, out_dir / "trend.png", baseline or {})
+    written["locales"] = _slices(Figure, runs, colours, "locale", out_dir / "locales.png")
+    written["categories"] = _slices(Figure, runs, colours, "category", out_dir / "categories.png")
     return {name: path.name for name, path in written.items()}
 
 
-def _sweep(Figure, report: Report, colours, path: Path) -> Path:
+def _sweep(Figure, runs: list[RunReport], colours, path: Path) -> Path:
     from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(12, 3.6))
@@ -41,7 +52,7 @@ def _sweep(Figure, report: Report, colours, path: Path) -> Path:
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.91, wspace=0.06)
     axes = fig.subplots(1, 3, sharey=True)
     for ax, metric in zip(axes, SWEEP_METRICS, strict=True):
-        for run in report.runs:
+        for run in runs:
             rows = run.sweep.filter(pl.col("metric") == metric).sort("k")
             ax.plot(rows["k"], rows["mean"], marker="o", ms=3, color=colours[run.run_id], label=run.run_id)
             at_headline = rows.filter(pl.col("k") == run.headline_k)
@@ -56,13 +67,13 @@ def _sweep(Figure, report: Report, colours, path: Path) -> Path:
     return _save(fig, path)
 
 
-def _trend(Figure, report: Report, path: Path, baseline: dict[str, float]) -> Path:
+def _trend(Figure, runs: list[RunReport], path: Path, baseline: dict[str, float]) -> Path:
     fig = Figure(figsize=(8, 3.6))
     fig.subplots_adjust(left=0.08, right=0.97, bottom=0.3, top=0.9)
     ax = fig.subplots()
-    labels = [run.run_id for run in report.runs]
+    labels = [run.run_id for run in runs]
     for metric, style in zip(SWEEP_METRICS, ("-o", "-s", "-^"), strict=True):
-        values = [(run.figure(metric) or {}).get("mean") for run in report.runs]
+        values = [(run.figure(metric) or {}).get("mean") for run in runs]
         line = ax.plot(range(len(labels)), values, style, label=TITLES[metric])[0]
         if metric in baseline:
             ax.axhline(baseline[metric], color=line.get_color(), ls="--", lw=1, alpha=0.7)
@@ -74,15 +85,15 @@ def _trend(Figure, report: Report, path: Path, baseline: dict[str, float]) -> Pa
     return _save(fig, path)
 
 
-def _slices(Figure, report: Report, colours, slice_: str, path: Path) -> Path:
+def _slices(Figure, runs: list[RunReport], colours, slice_: str, path: Path) -> Path:
     values = sorted(
-        {v for run in report.runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
+        {v for run in runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
     )
-    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(report.runs)) / 2), 3.8))
+    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(runs)) / 2), 3.8))
     fig.subplots_adjust(left=0.06, right=0.99, bottom=0.1, top=0.9)
     ax = fig.subplots()
-    width = 0.8 / max(1, len(report.runs))
-    for i, run in enumerate(report.runs):
+    width = 0.8 / max(1, len(runs))
+    for i, run in enumerate(runs):
         rows = {
             r["slice_value"]: r
             for r in run.headline.filter((pl.col("slice") == slice_) & (pl.col("metric") == "hit_at_k")).iter_rows(named=True)

@@ -1,11 +1,14 @@
-"""DuckDB connections for the pipeline's steps, with threads and memory capped per worker."""
+"""The engines' set-up and output: DuckDB connections with threads and memory capped per
+worker, and Parquet files written so that a failed write says why."""
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import duckdb
+import polars as pl
 
 # Caps for one worker; a Dask worker sets these to its own share of the machine.
 THREADS_ENV = "RETRIEVAL_EVAL_THREADS"
@@ -22,3 +25,13 @@ def connect(spill_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
     if spill_dir is not None:
         con.execute("set temp_directory = $dir", {"dir": str(spill_dir)})
     return con
+
+
+def write_parquet(frame: pl.DataFrame, path: Path, compression: str = "zstd", statistics: bool = True) -> None:
+    """Write `frame` to `path`. Polars reports a failed file write as a ComputeError that
+    can lose the OS error (a full disk can read "Invalid thrift: transport error"), so the
+    bytes are made in memory and written by Python, which raises the OSError itself."""
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer, compression=compression, statistics=statistics)
+    with open(path, "wb") as out:
+        out.write(buffer.getbuffer())

@@ -1,10 +1,12 @@
-"""Ingest: one run's cases file → staged Parquet partitions, and the account of its records.
+"""Ingest: one run's cases file → staged cases, and the account of its records.
 
 The fast path is one streaming DuckDB pass (sql/staged_cases.sql) that reads the file,
-types the fields the metrics need, flags records that break a rule and writes them split
-into partitions by a stable hash of case_id. Only a file with a bad record takes the
-line-by-line path of transforms/records.py, which names each bad record and feeds the
-valid lines back through the same pass.
+types the fields the metrics need and flags records that break a rule. In-process, the
+staged cases go straight to Polars in batches of bounded size (`stream_staged`); for
+scale-out they are written as Parquet partitions by a stable hash of case_id, one task
+per partition (`stage_partitions`). Only a file with a bad record takes the line-by-line
+path of transforms/records.py, which names each bad record and feeds the valid lines back
+through the same pass (`ingest`).
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import hashlib
 import json
 import math
 import shutil
-import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
-from functools import partial
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import polars as pl
@@ -37,8 +39,12 @@ FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
 # About this much JSON per partition keeps a partition's frames to a few hundred MB.
 PARTITION_BYTES = 256 * 1024 * 1024
 GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
+# In-process, staged cases are evaluated in batches of about this many retrieved items
+# (100k cases × 20 items is one batch; a batch's frames stay within a few hundred MB).
+BATCH_ITEMS = 2500000
+READ_BATCH_ROWS = 65_536
 
-STAGED_MANIFEST = "staged.json"
+T = TypeVar("T")
 
 REJECTS_SCHEMA = {
     "run_id": pl.String,
@@ -51,38 +57,16 @@ REJECTS_SCHEMA = {
 
 @dataclass(frozen=True)
 class StagedRun:
-    """One run's valid records as Parquet partitions, and the account of its records."""
+    """One run's valid records as Parquet partitions (the scale-out path), and the account
+    of its records. `reused` holds the committed parts of an unchanged run instead."""
 
     run_id: str
-    directory: Path  # the content-addressed folder of this staging
-    partitions: list[Path]  # empty when the run was refused (rejects, strict mode)
+    partitions: list[Path]  # empty when the run was refused (rejects, strict mode) or reused
     n_cases: int
     digest: str  # sha256 of manifest.json and the cases file
     rejects: list[Reject] = field(default_factory=list)
     loaded: bool = True
-
-    def to_json(self) -> dict:
-        return {
-            "run_id": self.run_id,
-            "directory": str(self.directory),
-            "partitions": [str(p) for p in self.partitions],
-            "n_cases": self.n_cases,
-            "digest": self.digest,
-            "rejects": [vars(r) for r in self.rejects],
-            "loaded": self.loaded,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> StagedRun:
-        return cls(
-            run_id=data["run_id"],
-            directory=Path(data["directory"]),
-            partitions=[Path(p) for p in data["partitions"]],
-            n_cases=data["n_cases"],
-            digest=data["digest"],
-            rejects=[Reject(**r) for r in data["rejects"]],
-            loaded=data["loaded"],
-        )
+    reused: dict[str, list[Path]] | None = None
 
 
 def partition_count(path: Path) -> int:
@@ -121,113 +105,143 @@ def artifact_digest(manifest: Manifest, stat_cache: Path | None = None) -> str:
     return result
 
 
-def stage_cases(
+def digest_beside(
     manifest: Manifest,
-    staged_root: Path,
-    scratch: Path,
-    *,
-    allow_rejects: bool,
-    partitions: int | None = None,
-    display_name: str | None = None,
-) -> StagedRun:
-    """Validate one run's cases file and stage its valid records under `staged_root`.
-
-    Staging is content-addressed: the same bytes staged the same way are found again in
-    `staged_root/<run_id>/<digest>-p<partitions>-<mode>/` and not re-read.
-    """
-    source = manifest.cases_file
-    display_name = display_name or str(source)
-    n_partitions = partitions or partition_count(source)
-    run_root = staged_root / manifest.run_id
-    mode = "allow-rejects" if allow_rejects else "strict"
-
-    def target_of(digest: str) -> Path:
-        return run_root / f"{digest.removeprefix('sha256:')[:20]}-p{n_partitions}-{mode}"
-
-    def cached(digest: str) -> StagedRun | None:
-        found = target_of(digest) / STAGED_MANIFEST
-        return StagedRun.from_json(json.loads(found.read_text())) if found.is_file() else None
-
-    stat_cache = run_root / "stat.json"
-    digest = known_digest(manifest, stat_cache)
-    if digest and (hit := cached(digest)):
-        return hit
-
-    building = run_root / f"building-{uuid.uuid4().hex[:8]}"
-    run_root.mkdir(parents=True, exist_ok=True)
-    scratch.mkdir(parents=True, exist_ok=True)
-    con = engine.connect(spill_dir=scratch)
-    stage = partial(_stage_fresh, con, manifest, source, building, scratch, n_partitions, allow_rejects, display_name)
-    try:
-        if digest:
-            staged = stage()
-        else:
-            # Files not seen with this size and mtime: DuckDB stages them in a worker thread
-            # while they are hashed here (about 0.3 s per 440 MB, hidden behind the DuckDB
-            # pass). A touched but unchanged file is found by its hash; the pass is interrupted.
-            with ThreadPoolExecutor(max_workers=1) as worker:
-                staging = worker.submit(stage)
-                digest = artifact_digest(manifest, stat_cache)
-                if hit := cached(digest):
-                    con.interrupt()
-                    wait([staging])
-                    shutil.rmtree(building, ignore_errors=True)
-                    return hit
-                staged = staging.result()
-    finally:
-        con.close()
-    if staged.n_cases == 0 and not staged.rejects:
-        shutil.rmtree(building, ignore_errors=True)
-        raise InputError(f"{display_name}: holds no records")
-    # The partitions move with their folder; the manifest of the staging is written last.
-    target = target_of(digest)
-    building.mkdir(parents=True, exist_ok=True)
-    staged = replace(
-        staged,
-        digest=digest,
-        directory=target,
-        partitions=[target / p.relative_to(building) for p in staged.partitions],
-    )
-    (building / STAGED_MANIFEST).write_text(json.dumps(staged.to_json()))
-    building.rename(target)
-    return staged
-
-
-def _stage_fresh(
+    stat_cache: Path,
     con: duckdb.DuckDBPyConnection,
-    manifest: Manifest,
+    work: Callable[[], T],
+    reusable: Callable[[str], bool],
+) -> tuple[str, T | None]:
+    """The run's content digest, and the result of `work` unless the digest shows that the
+    run is already evaluated (`reusable`), in which case the result is None.
+
+    A file whose size and mtime are known is not read for its digest. An unseen one is
+    hashed here while `work` (reading it with DuckDB on `con`) runs in a worker thread —
+    about 0.3 s per 440 MB, hidden behind the DuckDB pass; when the bytes turn out to be
+    known (a touched file), the pass is interrupted and its output left uncommitted.
+    """
+    digest = known_digest(manifest, stat_cache)
+    if digest:
+        return digest, None if reusable(digest) else work()
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        running = worker.submit(work)
+        digest = artifact_digest(manifest, stat_cache)
+        if reusable(digest):
+            con.interrupt()
+            wait([running])  # interrupted or finished: its output is dropped either way
+            return digest, None
+        return digest, running.result()
+
+
+def ingest(
     source: Path,
-    building: Path,
     scratch: Path,
-    n_partitions: int,
-    allow_rejects: bool,
     display_name: str,
-) -> StagedRun:
-    """Stage `source` into `building`; the digest is filled in by the caller."""
-    staged = _stage(con, source, building, n_partitions, FAST_PATH_OBJECT_LIMIT)
-    rejects: list[Reject] = []
-    if staged is None:
-        clean = scratch / "clean.jsonl"
-        with open(clean, "wb") as clean_out:
-            account = split_records(source, display_name, clean_out)
-        rejects = account.rejects
-        if account.valid + len(rejects) == 0:
-            raise InputError(f"{display_name}: holds no records")
-        if rejects and not allow_rejects:
-            return StagedRun(manifest.run_id, building, [], 0, "", rejects, loaded=False)
-        staged = _stage(con, clean, building, n_partitions, MAX_RECORD_BYTES)
-        if staged is None:
-            raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
-        clean.unlink()
-    files, n_cases = staged
-    return StagedRun(manifest.run_id, building, files, n_cases, "", rejects)
+    allow_rejects: bool,
+    fast_pass: Callable[[Path, int], T | None],
+) -> tuple[T | None, list[Reject]]:
+    """Run `fast_pass` (a DuckDB pass that returns None when a record breaks a rule) over
+    `source`; when it refuses, name every bad record line by line and run it again over the
+    valid lines. Returns (result, rejects); the result is None when the run is refused
+    (rejects in strict mode)."""
+    result = fast_pass(source, FAST_PATH_OBJECT_LIMIT)
+    if result is not None:
+        return result, []
+    clean = scratch / "clean.jsonl"
+    with open(clean, "wb") as clean_out:
+        account = split_records(source, display_name, clean_out)
+    if account.valid + len(account.rejects) == 0:
+        raise InputError(f"{display_name}: holds no records")
+    if account.rejects and not allow_rejects:
+        return None, account.rejects
+    result = fast_pass(clean, MAX_RECORD_BYTES)
+    if result is None:
+        raise RuntimeError(f"{display_name}: records that passed the rules failed the SQL checks")
+    clean.unlink()
+    return result, account.rejects
 
 
-def _stage(
+def staged_relation(
+    con: duckdb.DuckDBPyConnection, path: Path, object_limit: int, partitions: int = 1
+) -> duckdb.DuckDBPyRelation:
+    return con.sql(
+        sql.load("staged_cases"),
+        params={"path": str(path), "max_object_size": object_limit, "partitions": partitions},
+    )
+
+
+class _RuleBroken(Exception):
+    """A staged record is flagged by sql/staged_cases.sql: the line-by-line pass decides."""
+
+
+def stream_staged(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    object_limit: int,
+    consume: Callable[[pl.DataFrame, int], T],
+    batch_items: int = BATCH_ITEMS,
+) -> tuple[list[T], int] | None:
+    """The in-process fast pass: hand `path`'s staged cases to `consume(frame, index)` in
+    batches of about `batch_items` retrieved items, never writing them as an intermediate
+    file. Returns (what consume returned, in order; records), or None when a record breaks a rule
+    or a case_id repeats — what was consumed is then left to be discarded."""
+    results: list[T] = []
+    case_ids: list[pl.Series] = []
+    try:
+        reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
+        for frame in _batches(reader, batch_items):
+            case_ids.append(frame["case_id"])
+            results.append(consume(frame, len(results)))
+    except _RuleBroken:
+        return None
+    except duckdb.InterruptException:
+        raise  # the same bytes were found evaluated already (see digest_beside)
+    except (duckdb.Error, UnicodeDecodeError):
+        # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
+        # raises UnicodeDecodeError when its message quotes a line cut inside a character.
+        return None
+    ids = pl.concat(case_ids) if case_ids else pl.Series("case_id", [], pl.String)
+    if ids.n_unique() != ids.len():
+        return None
+    return results, ids.len()
+
+
+def _batches(reader, batch_items: int) -> Iterator[pl.DataFrame]:
+    """Frames of about `batch_items` retrieved items from a reader of staged cases."""
+    pending: list[pl.DataFrame] = []
+    n_items = 0
+    while (batch := _next_batch(reader)) is not None:
+        frame = pl.from_arrow(batch)
+        if frame["breaks_rule"].any():
+            raise _RuleBroken
+        pending.append(frame)
+        n_items += frame["chunk_ids"].list.len().sum()
+        if n_items >= batch_items:
+            yield pl.concat(pending)
+            pending, n_items = [], 0
+    if pending:
+        yield pl.concat(pending)
+
+
+def _next_batch(reader):
+    """The next Arrow batch of a DuckDB result, or None at its end. DuckDB's errors reach
+    Python through the Arrow stream as OSError("<kind> Error: ..."); they are raised again
+    as the DuckDB exceptions they were, so that an interrupt stays an interrupt."""
+    try:
+        return next(reader, None)
+    except OSError as error:
+        if str(error).startswith("INTERRUPT Error"):
+            raise duckdb.InterruptException(str(error)) from None
+        raise duckdb.Error(str(error)) from None
+
+
+def stage_partitions(
     con: duckdb.DuckDBPyConnection, path: Path, out_dir: Path, partitions: int, object_limit: int
 ) -> tuple[list[Path], int] | None:
-    """Write `path` staged and partitioned into `out_dir`: (files, records), or None when a
-    record breaks a rule."""
+    """The scale-out fast pass: write `path`'s staged cases into `out_dir` as Parquet
+    partitions by a stable hash of case_id: (files, records), or None when a record breaks a
+    rule or a case_id repeats."""
+    out_dir.mkdir(parents=True, exist_ok=True)
     try:
         con.execute(
             "copy (" + sql.load("staged_cases") + ") to $out_dir "
@@ -240,25 +254,23 @@ def _stage(
             },
         )
     except duckdb.InterruptException:
-        raise  # the same bytes were found staged already (see stage_cases)
+        raise  # the same bytes were found evaluated already (see digest_beside)
     except (duckdb.Error, UnicodeDecodeError):
-        # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
-        # raises UnicodeDecodeError when its message quotes a line cut inside a character.
         shutil.rmtree(out_dir, ignore_errors=True)
         return None
     files = sorted(out_dir.glob("partition=*/*.parquet"))
     if not files:
         return [], 0
-    n_records, n_bad, n_repeated = con.execute(
+    [(n_records, n_bad, n_repeated)] = con.execute(
         sql.load("staged_case_problems"), {"files": [str(f) for f in files]}
-    ).fetchone()
+    ).fetchall()
     if n_bad or n_repeated:
         shutil.rmtree(out_dir, ignore_errors=True)
         return None
     return files, n_records
 
 
-STAGED_COLUMNS = ["case_id", "locale", "category", "gold_source", "gold", "items"]
+STAGED_COLUMNS = ["case_id", "locale", "category", "gold_source", "gold", "chunk_ids", "parent_ids", "scores"]
 
 
 def read_staged(path: Path) -> pl.DataFrame:
@@ -277,4 +289,4 @@ def write_rejects(run_id: str, rejects: list[Reject], path: Path) -> None:
         },
         schema=REJECTS_SCHEMA,
     )
-    frame.write_parquet(path, compression="zstd")
+    engine.write_parquet(frame, path)

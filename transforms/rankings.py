@@ -1,8 +1,13 @@
-"""Card-level rankings of one partition of staged cases (SPEC 2.1–2.4), in Polars.
+"""Card-level rankings of staged cases (SPEC 2.1–2.3), in Polars.
 
-Chosen over DuckDB SQL for this step by measurement: first-occurrence de-duplication of
-2M retrieved items is a hash and a running count here (about 0.4 s), where the list-space
-version in SQL is quadratic in the list length and the window version sorts.
+The staged cases carry each case's retrieved items as parallel lists in rank order
+(sql/staged_cases.sql). Here they become one row per retrieved item with its card, and
+each card's first occurrence gets its rank among distinct cards.
+
+Chosen over DuckDB SQL for this step by measurement and by cost growth: first-occurrence
+de-duplication of 2M retrieved items is a hash per case here (about 0.1 s), where the
+list-space version in SQL (list_position of each card) is quadratic in the list length —
+a single record of 300k items would take minutes.
 """
 
 from __future__ import annotations
@@ -13,32 +18,34 @@ CASES_COLUMNS = [
     "run_id", "case_id", "locale", "category", "n_gold", "n_retrieved", "n_cards",
     "gold_source", "gold", "relevant_ranks",
 ]
+ITEM_LISTS = {"chunk_ids": "chunk_id", "parent_ids": "parent_id", "scores": "score"}
 
 
 def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
-    """One row per retrieved item (the `retrieved` table), in case order and list order.
+    """One row per retrieved item (the `retrieved` table, plus case_no: the case's row in
+    `staged`), in case order and list order.
 
     rank is the 1-based list position (2.2); card_id is parent_id when present and
     non-empty, else id (2.1); card_rank is the rank among distinct cards of the first item
-    of each card and null for later sibling chunks of a card already seen (2.3).
+    of each card, and null for later sibling chunks of a card already seen (2.3).
     """
     items = (
         staged.select(
             pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"),
             "case_id",
-            "items",
-            pl.int_ranges(1, pl.col("items").list.len() + 1, dtype=pl.Int32).alias("rank"),
+            *ITEM_LISTS,
+            pl.int_ranges(1, pl.col("chunk_ids").list.len() + 1, dtype=pl.Int32).alias("rank"),
         )
-        .explode("items", "rank")
+        .explode(*ITEM_LISTS, "rank")
         .drop_nulls("rank")
-        .unnest("items")
+        .rename(ITEM_LISTS)
     )
     card = (
         pl.when(pl.col("parent_id").is_not_null() & (pl.col("parent_id") != ""))
         .then(pl.col("parent_id"))
         .otherwise(pl.col("chunk_id"))
     )
-    first = pl.struct("case_no", "card_id").is_first_distinct()
+    first = pl.col("card_id").is_first_distinct().over("case_no")
     # Rows are grouped by case in rank order, so a running count of first occurrences,
     # less its value just before each case's rank 1, is the card rank within the case.
     seen = pl.col("first").cast(pl.Int32).cum_sum()
@@ -56,6 +63,7 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
             "card_id",
             "score",
             "card_rank",
+            "case_no",
         )
     )
 
@@ -63,25 +71,27 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
 def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.DataFrame:
     """One row per case (the `cases` table), with relevant_ranks: the ascending ranks among
     distinct cards at which gold cards were retrieved, over the whole captured list."""
-    firsts = retrieved.filter(pl.col("card_rank").is_not_null()).select("case_id", "card_id", "card_rank")
+    firsts = retrieved.filter(pl.col("card_rank").is_not_null()).select("case_no", "card_id", "card_rank")
+    depth = firsts.group_by("case_no").agg(pl.len().cast(pl.Int64).alias("n_cards"))
     relevant = (
-        staged.select("case_id", pl.col("gold").alias("card_id"))
+        staged.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"), pl.col("gold").alias("card_id"))
         .explode("card_id")
-        .join(firsts, on=["case_id", "card_id"])
-        .group_by("case_id")
-        .agg(pl.col("card_rank").sort().alias("relevant_ranks"))
+        .join(firsts, on=["case_no", "card_id"])
+        .sort("case_no", "card_rank")
+        .group_by("case_no", maintain_order=True)
+        .agg(pl.col("card_rank").alias("relevant_ranks"))
     )
-    depth = firsts.group_by("case_id").agg(pl.len().cast(pl.Int64).alias("n_cards"))
     return (
-        staged.join(relevant, on="case_id", how="left")
-        .join(depth, on="case_id", how="left")
+        staged.with_row_index("case_no")
+        .join(relevant, on="case_no", how="left", maintain_order="left")
+        .join(depth, on="case_no", how="left", maintain_order="left")
         .select(
             pl.lit(run_id).alias("run_id"),
             "case_id",
             "locale",
             "category",
             pl.col("gold").list.len().cast(pl.Int64).alias("n_gold"),
-            pl.col("items").list.len().cast(pl.Int64).alias("n_retrieved"),
+            pl.col("chunk_ids").list.len().cast(pl.Int64).alias("n_retrieved"),
             pl.col("n_cards").fill_null(0),
             "gold_source",
             "gold",

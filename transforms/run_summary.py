@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -26,7 +27,26 @@ RUNS_SCHEMA = {
     "config": pl.String,
     "source_file": pl.String,
     "artifact_digest": pl.String,
+    "evaluation_key": pl.String,
 }
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def code_fingerprint() -> str:
+    """Short hash of the project's code (flows/, transforms/, sql/) as it is now."""
+    digest = hashlib.sha256()
+    for folder, pattern in (("flows", "*.py"), ("transforms", "*.py"), ("sql", "*.sql")):
+        for path in sorted((PROJECT_ROOT / folder).glob(pattern)):
+            digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def evaluation_key(artifact_digest: str, headline_k: int, ks: list[int], allow_rejects: bool) -> str:
+    """What a run's figures depend on: its bytes, the cutoffs, the reject mode and the code.
+    A committed run with the same key is not evaluated again."""
+    inputs = [artifact_digest, headline_k, ks, allow_rejects, code_fingerprint()]
+    return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:20]
 
 
 def run_summary(
@@ -36,6 +56,7 @@ def run_summary(
     headline_k: int,
     ks: list[int],
     artifact_digest: str,
+    evaluation_key: str,
 ) -> pl.DataFrame:
     """One row. A run is vacuous (SPEC 2.9) when it has labelled cases and none retrieved anything."""
     columns = ["n_gold", "n_retrieved", "n_cards"]
@@ -64,6 +85,7 @@ def run_summary(
             "config": [json.dumps(manifest.config, sort_keys=True)],
             "source_file": [str(manifest.cases_file)],
             "artifact_digest": [artifact_digest],
+            "evaluation_key": [evaluation_key],
         },
         schema=RUNS_SCHEMA,
     )
