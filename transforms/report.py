@@ -66,7 +66,8 @@ def build_report(
     unknown_gold: pl.DataFrame | None = None,
 ) -> Report:
     """Assemble the report from the `runs`, `aggregates` and `case_metrics` rows of the runs
-    shown, and the gold ids that are not KB cards (run_id, case_id, gold_id) when checked."""
+    shown, and the count of gold ids that are not KB cards (run_id, n_ids, n_cases) when
+    checked."""
     run_reports = []
     for run in runs.sort("created_at", "run_id").iter_rows(named=True):
         mine = aggregates.filter(pl.col("run_id") == run["run_id"])
@@ -158,7 +159,7 @@ def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
     if mine.height == 0:
         return []
     return [
-        f"{mine.height} gold id(s) in {mine['case_id'].n_unique()} case(s) are not cards of the "
+        f"{mine['n_ids'][0]} gold id(s) in {mine['n_cases'][0]} case(s) are not cards of the "
         "knowledge base: those cases can never hit (see `retrieval-eval check-kb`)."
     ]
 
