@@ -9,9 +9,11 @@ that each partition can be its own task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from flows import config
@@ -28,6 +30,7 @@ from transforms.ingest import (
     digest_beside,
     ingest,
     partition_count,
+    repeated_case_ids,
     stage_partitions,
     stream_staged,
     write_rejects,
@@ -198,6 +201,20 @@ def reused_run(staged: StagedRun) -> RunParts:
     return RunParts(staged.run_id, staged.reused or {})
 
 
+def checked_stream(
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    object_limit: int,
+    evaluate_batch: Callable[[pl.DataFrame, int], PartitionParts],
+) -> tuple[list[PartitionParts], int] | None:
+    """The in-process fast pass over `path`: its batches evaluated, or None when a record
+    breaks a rule or a case_id repeats (the line-by-line pass then names them)."""
+    streamed = stream_staged(con, path, object_limit, evaluate_batch)
+    if streamed is None or repeated_case_ids(con, [parts.cases for parts in streamed[0]]):
+        return None
+    return streamed
+
+
 def evaluate_run(
     manifest: Manifest,
     warehouse: Warehouse,
@@ -228,7 +245,7 @@ def evaluate_run(
                 scratch,
                 str(manifest.cases_file),
                 options.allow_rejects,
-                lambda path, limit: stream_staged(con, path, limit, evaluate_batch),
+                lambda path, limit: checked_stream(con, path, limit, evaluate_batch),
             ),
             reusable,
         )

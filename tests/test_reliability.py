@@ -206,6 +206,32 @@ def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
     assert leftovers == set()  # superseded parts are gone
 
 
+def test_a_run_read_in_many_batches_equals_one_batch_and_repeats_across_batches_are_found(tmp_path, monkeypatch):
+    import transforms.ingest as ingest
+
+    lines = synthetic_cases(60)
+    write_run(tmp_path / "runs", "run-a", lines=lines)
+    whole = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "one")
+    evaluate(whole)
+    monkeypatch.setattr(ingest, "READ_BATCH_ROWS", 4)
+    monkeypatch.setattr(ingest, "BATCH_ITEMS", 50)  # 8 items a case: 8 cases a batch
+    batched = replace(whole, warehouse=tmp_path / "many")
+    evaluate(batched)
+    tables = ("cases", "retrieved", "case_metrics", "aggregates")
+    with Warehouse(whole.warehouse).connect() as one, Warehouse(batched.warehouse).connect() as many:
+        [(n_files,)] = many.execute("select count(*) from _partitions where table_name = 'retrieved'").fetchall()
+        assert n_files >= 8
+        for table in tables:
+            a, b = one.table(table).pl(), many.table(table).pl()
+            assert a.sort(a.columns).equals(b.sort(b.columns)), table
+
+    # The first and the last case share an id: they land in different batches.
+    write_run(tmp_path / "runs", "run-a", lines=[*lines, lines[0]])
+    with pytest.raises(RejectedRecords) as refused:
+        evaluate(batched)
+    assert [r.reason for r in refused.value.rejects] == ["case_id 'c0' repeats line 1"]
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 200 KiB tmpfs: a full disk for real (needs root, as on CI; skipped elsewhere)."""

@@ -42,7 +42,7 @@ GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (50k cases × 20 items; a batch's frames stay within a few hundred MB).
 BATCH_ITEMS = 1_000_000
-READ_BATCH_ROWS = 65_536
+READ_BATCH_ROWS = 8_192
 
 T = TypeVar("T")
 
@@ -180,18 +180,20 @@ def stream_staged(
     path: Path,
     object_limit: int,
     consume: Callable[[pl.DataFrame, int], T],
-    batch_items: int = BATCH_ITEMS,
+    batch_items: int | None = None,
 ) -> tuple[list[T], int] | None:
     """The in-process fast pass: hand `path`'s staged cases to `consume(frame, index)` in
-    batches of about `batch_items` retrieved items, never writing them as an intermediate
-    file. Returns (what consume returned, in order; records), or None when a record breaks a rule
-    or a case_id repeats — what was consumed is then left to be discarded."""
+    batches of about `batch_items` (default BATCH_ITEMS) retrieved items, never writing them as an intermediate
+    file. Returns (what consume returned, in order; records), or None when a record breaks a
+    rule — what was consumed is then left to be discarded. Repeated case ids are for the
+    caller to find in what was consumed (`repeated_case_ids`): holding them here would hold
+    every batch's Arrow buffers."""
     results: list[T] = []
-    case_ids: list[pl.Series] = []
+    n_records = 0
     try:
         reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
-        for frame in _batches(reader, batch_items):
-            case_ids.append(frame["case_id"])
+        for frame in _batches(reader, batch_items or BATCH_ITEMS):
+            n_records += frame.height
             results.append(consume(frame, len(results)))
     except _RuleBroken:
         return None
@@ -201,10 +203,17 @@ def stream_staged(
         # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
         # raises UnicodeDecodeError when its message quotes a line cut inside a character.
         return None
-    ids = pl.concat(case_ids) if case_ids else pl.Series("case_id", [], pl.String)
-    if ids.n_unique() != ids.len():
-        return None
-    return results, ids.len()
+    return results, n_records
+
+
+def repeated_case_ids(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
+    """How many case ids of these Parquet files (a `case_id` column) repeat an earlier one."""
+    if not files:
+        return 0
+    [(n_repeated,)] = con.execute(
+        "select count(*) - count(distinct case_id) from read_parquet($files)", {"files": [str(f) for f in files]}
+    ).fetchall()
+    return n_repeated
 
 
 def _batches(reader, batch_items: int) -> Iterator[pl.DataFrame]:
