@@ -28,11 +28,13 @@ ANSWER_TIMEOUT_S = 60.0
 
 
 class ChartProcess:
-    """One forked child that draws one set of charts; use as a context manager."""
+    """One forked child that draws one set of charts; use as a context manager, `start`
+    the charts as soon as the runs are known and `wait` for them when they are needed."""
 
     def __init__(self) -> None:
         self._connection: Connection | None = None
         self._pid: int | None = None
+        self._job: tuple | None = None
 
     def __enter__(self) -> ChartProcess:
         if not hasattr(os, "fork") or threading.active_count() > 1:
@@ -47,17 +49,27 @@ class ChartProcess:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        if self._connection is not None:
-            self._connection.close()  # a child still waiting for a job sees EOF and exits
-        if self._pid is not None:
-            os.waitpid(self._pid, 0)
-        self._connection = self._pid = None
+        self._close()
 
-    def draw(self, runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None) -> dict[str, str]:
-        """The charts of `runs` written into `out_dir`: chart name → file name."""
+    @property
+    def started(self) -> bool:
+        return self._job is not None
+
+    def start(self, runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None) -> None:
+        """Begin drawing the charts of `runs` into `out_dir`; `wait` for them."""
+        self._job = (runs, out_dir, baseline)
         if self._connection is not None:
             try:
-                self._connection.send((runs, out_dir, baseline))
+                self._connection.send(self._job)
+            except OSError:
+                self._close()  # the child is gone: `wait` draws here
+
+    def wait(self) -> dict[str, str]:
+        """The charts started, written: chart name → file name."""
+        if self._job is None:
+            raise RuntimeError("no charts were started")
+        if self._connection is not None:
+            try:
                 if self._connection.poll(ANSWER_TIMEOUT_S):
                     status, value = self._connection.recv()
                     if status == "ok":
@@ -68,7 +80,14 @@ class ChartProcess:
                 pass  # the child is gone: draw here
         from transforms.charts import write_charts
 
-        return write_charts(runs, out_dir, baseline)
+        return write_charts(*self._job)
+
+    def _close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()  # a child still waiting for a job sees EOF and exits
+        if self._pid is not None:
+            os.waitpid(self._pid, 0)
+        self._connection = self._pid = None
 
 
 def _serve(connection: Connection) -> None:

@@ -38,7 +38,8 @@ from transforms.ingest import (
 from transforms.kb_check import effective_gold_not_in_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.rankings import case_rows, retrieved_items
-from transforms.report import Report, build_report
+from transforms.charts import chart_files
+from transforms.report import Report, RunReport, build_report, run_reports
 from transforms.report_render import render_html, render_markdown
 from transforms.run_summary import evaluation_key, run_summary
 
@@ -295,15 +296,25 @@ def evaluate(options: EvaluationOptions) -> list[str]:
     return [result.run_id for result in results]
 
 
-def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None) -> Report:
+def read_report(
+    warehouse: Warehouse,
+    run_ids: list[str],
+    kb: Path | None = None,
+    on_runs: Callable[[list[RunReport]], None] | None = None,
+) -> Report:
     """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
-    ids that are not cards of the knowledge base are counted in each run's warnings."""
+    ids that are not cards of the knowledge base are counted in each run's warnings.
+    `on_runs` gets the runs and their figures as soon as they are read (the charts need no
+    more), before the per-case diagnostics are."""
     params = {"ids": run_ids}
     with warehouse.connect() as con:
         runs = con.sql("select * from runs where list_contains($ids, run_id)", params=params).pl()
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
         ).pl()
+        shown = run_reports(runs, aggregates)
+        if on_runs is not None:
+            on_runs(shown)
         # The diagnostics read each run's headline k only: a k sweep does not grow the report.
         case_metrics = con.sql(
             "select case_metrics.* from case_metrics join runs using (run_id) "
@@ -311,7 +322,7 @@ def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None
             params=params,
         ).pl()
         unknown_gold = effective_gold_not_in_kb(con, kb, run_ids) if kb is not None and kb.is_file() else None
-    return build_report(runs, aggregates, case_metrics, unknown_gold)
+    return build_report(runs, shown, case_metrics, unknown_gold)
 
 
 def write_report(
@@ -323,18 +334,32 @@ def write_report(
 ) -> Report:
     """report.md and report.html with their charts in `report_dir`; returns the report
     with chart names set. A baseline snapshot adds its figures to the trend chart. With a
-    `chart_process`, the charts are drawn there (see flows/chart_process.py)."""
+    `chart_process`, the charts are drawn there (see flows/chart_process.py), and may have
+    been started already (`start_charts`)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     if charts:
-        reference = baseline_reference(read_snapshot(baseline)) if baseline else None
-        if chart_process is not None:
-            names = chart_process.draw(report.runs, report_dir, reference)
-        else:
+        if chart_process is None:
             from transforms.charts import write_charts
 
-            names = write_charts(report.runs, report_dir, reference)
+            names = write_charts(report.runs, report_dir, chart_reference(baseline))
+        else:
+            if not chart_process.started:
+                start_charts(chart_process, report.runs, report_dir, baseline)
+            names = chart_files(report.runs)
         report = replace(report, charts=names)
     (report_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    if chart_process is not None and charts:
+        chart_process.wait()
     images = {name: (report_dir / name).read_bytes() for name in report.charts.values()}
     (report_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
     return report
+
+
+def chart_reference(baseline: Path | None) -> dict[str, float] | None:
+    return baseline_reference(read_snapshot(baseline)) if baseline else None
+
+
+def start_charts(chart_process: ChartProcess, runs: list[RunReport], report_dir: Path, baseline: Path | None) -> None:
+    """Have `chart_process` begin drawing the charts of `runs` into `report_dir`."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    chart_process.start(runs, report_dir, chart_reference(baseline))

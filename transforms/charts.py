@@ -25,9 +25,18 @@ def warm_up() -> None:
     FigureCanvasAgg(figure).draw()
 
 
+def chart_files(runs: list[RunReport]) -> dict[str, str]:
+    """The charts of the report's runs: chart name → file name (known before drawing)."""
+    if not runs:
+        return {}
+    names = ["sweep"] if any(len(run.ks) > 1 for run in runs) else []  # a curve needs a sweep (--ks)
+    return {name: f"{name}.png" for name in [*names, "trend", "locales", "categories"]}
+
+
 def write_charts(runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
     """Write every chart of the report's runs into `out_dir`; returns chart name → file name."""
-    if not runs:
+    files = chart_files(runs)
+    if not files:
         return {}
     # The object-oriented API without pyplot: no GUI backend, no global figure state.
     from matplotlib import colormaps
@@ -35,13 +44,12 @@ def write_charts(runs: list[RunReport], out_dir: Path, baseline: dict[str, float
 
     palette = colormaps["tab10"]
     colours = {run.run_id: palette(i % 10) for i, run in enumerate(runs)}
-    written = {}
-    if any(len(run.ks) > 1 for run in runs):  # a curve needs a sweep (--ks)
-        written["sweep"] = _sweep(Figure, runs, colours, out_dir / "sweep.png")
-    written["trend"] = _trend(Figure, runs, out_dir / "trend.png", baseline or {})
-    written["locales"] = _slices(Figure, runs, colours, "locale", out_dir / "locales.png")
-    written["categories"] = _slices(Figure, runs, colours, "category", out_dir / "categories.png")
-    return {name: path.name for name, path in written.items()}
+    if "sweep" in files:
+        _sweep(Figure, runs, colours, out_dir / files["sweep"])
+    _trend(Figure, runs, out_dir / files["trend"], baseline or {})
+    _slices(Figure, runs, colours, "locale", out_dir / files["locales"])
+    _slices(Figure, runs, colours, "category", out_dir / files["categories"])
+    return files
 
 
 def _sweep(Figure, runs: list[RunReport], colours, path: Path) -> Path:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import polars as pl
 
@@ -59,36 +59,46 @@ class Report:
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
 
+def run_reports(runs: pl.DataFrame, aggregates: pl.DataFrame) -> list[RunReport]:
+    """The runs shown, oldest first, with their figures (no warnings yet): all that the
+    charts draw, from the `runs` and `aggregates` rows."""
+    return [
+        RunReport(
+            run_id=run["run_id"],
+            created_at=run["created_at"],
+            headline_k=run["headline_k"],
+            retrieval_top_k=run["retrieval_top_k"],
+            ks=list(run["ks"]),
+            n_cases=run["n_cases"],
+            n_labelled=run["n_labelled"],
+            n_rejected=run["n_rejected"],
+            vacuous=run["vacuous"],
+            config=run["config"],
+            headline=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("k") == run["headline_k"])),
+            sweep=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("slice") == "all")),
+        )
+        for run in runs.sort("created_at", "run_id").iter_rows(named=True)
+    ]
+
+
 def build_report(
     runs: pl.DataFrame,
-    aggregates: pl.DataFrame,
+    shown: list[RunReport],
     case_metrics: pl.DataFrame,
     unknown_gold: pl.DataFrame | None = None,
 ) -> Report:
-    """Assemble the report from the `runs`, `aggregates` and `case_metrics` rows of the runs
-    shown, and the count of gold ids that are not KB cards (run_id, n_ids, n_cases) when
-    checked."""
-    run_reports = []
-    for run in runs.sort("created_at", "run_id").iter_rows(named=True):
-        mine = aggregates.filter(pl.col("run_id") == run["run_id"])
-        run_metrics = case_metrics.filter(pl.col("run_id") == run["run_id"])
-        run_reports.append(
-            RunReport(
-                run_id=run["run_id"],
-                created_at=run["created_at"],
-                headline_k=run["headline_k"],
-                retrieval_top_k=run["retrieval_top_k"],
-                ks=list(run["ks"]),
-                n_cases=run["n_cases"],
-                n_labelled=run["n_labelled"],
-                n_rejected=run["n_rejected"],
-                vacuous=run["vacuous"],
-                config=run["config"],
-                headline=mine.filter(pl.col("k") == run["headline_k"]),
-                sweep=mine.filter(pl.col("slice") == "all"),
-                warnings=run_warnings(run, run_metrics) + kb_warnings(run["run_id"], unknown_gold),
-            )
+    """Assemble the report from the runs shown (`run_reports` of the same `runs` rows),
+    their `case_metrics` rows, and the count of gold ids that are not KB cards (run_id,
+    n_ids, n_cases) when checked."""
+    rows = {run["run_id"]: run for run in runs.iter_rows(named=True)}
+    run_reports = [
+        replace(
+            run,
+            warnings=run_warnings(rows[run.run_id], case_metrics.filter(pl.col("run_id") == run.run_id))
+            + kb_warnings(run.run_id, unknown_gold),
         )
+        for run in shown
+    ]
     latest = run_reports[-1] if run_reports else None
     latest_metrics = (
         case_metrics.filter(
