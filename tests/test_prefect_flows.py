@@ -189,3 +189,20 @@ def test_an_existing_dask_cluster_is_used_by_address(prefect_server, tmp_path):
         outcome = prefect_flows.run_tracked(options, dask_address=cluster.scheduler_address, charts=False)
     assert outcome.run_ids == RUN_IDS[:1]
     assert aggregates(options.warehouse).height > 0
+
+
+def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path, monkeypatch):
+    from flows.warehouse import Warehouse
+
+    options = sample_options(tmp_path, RUN_IDS[:1])
+    prefect_flows.run_tracked(options, task_runner="thread", charts=False)
+    before = Warehouse(options.warehouse).committed(RUN_IDS[0])[1]
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("an unchanged run was staged or evaluated again")
+
+    monkeypatch.setattr(prefect_flows, "evaluate_partition", must_not_run)
+    monkeypatch.setattr("flows.pipeline.stage_partitions", must_not_run)
+    state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
+    assert state.is_completed(), state
+    assert Warehouse(options.warehouse).committed(RUN_IDS[0])[1] == before  # the same files, kept

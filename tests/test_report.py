@@ -137,3 +137,22 @@ def test_without_a_sweep_there_is_no_k_curve(tmp_path):
     report = write_report(read_report(Warehouse(tmp_path / "wh"), run_ids), tmp_path / "reports")
     assert set(report.charts) == {"trend", "locales", "categories"}
     assert not (tmp_path / "reports" / "sweep.png").exists()
+
+
+def test_long_diagnostics_list_the_first_cases_and_say_where_the_rest_are(tmp_path):
+    from tests.conftest import case, chunk, write_run
+    from transforms.report_render import LISTED_CASES
+
+    n_never = LISTED_CASES + 7
+    write_run(tmp_path / "runs", "run-a", [
+        *[case(f"miss-{i:03d}", [chunk("A::00", "A")], ["B"]) for i in range(n_never)],
+        case("hit", [chunk("A::00", "A")], ["A"]),
+    ])
+    run_ids = evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+    report = write_report(read_report(Warehouse(tmp_path / "wh"), run_ids), tmp_path / "reports", charts=False)
+    assert report.never_hit.height == n_never  # the model keeps every case
+    markdown = (tmp_path / "reports" / "report.md").read_text()
+    assert f"{n_never} labelled case(s) never met a gold card" in markdown
+    assert f"the first {LISTED_CASES} are listed" in markdown and "`case_metrics` view" in markdown
+    listed = re.findall(r"^\| miss-(\d{3}) \|", markdown, flags=re.MULTILINE)
+    assert listed == [f"{i:03d}" for i in range(LISTED_CASES)]  # in case id order

@@ -17,6 +17,9 @@ from transforms.case_metrics import METRICS
 from transforms.report import METRIC_LABELS, Report, RunReport, headline_table
 
 TERMINAL_SLICES = ("all", "locale", "category")
+# A report lists at most this many cases per diagnostic (in case id order); past that a
+# table stops being read, and the warehouse holds every case.
+LISTED_CASES = 50
 MARKDOWN_SLICES = ("all", "locale", "category", "locale_category")
 GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
 
@@ -189,21 +192,33 @@ def report_blocks(report: Report) -> list[Block]:
             ["first relevant rank", "cases"],
             [[fmt_rank(r["first_relevant_rank"]), str(r["n_cases"])] for r in report.entry_ranks.iter_rows(named=True)],
         )))
-        blocks.append(Block("text", f"{report.never_hit.height} labelled case(s) never met a gold card within the captured depth:"))
+        blocks.append(Block("text", f"{report.never_hit.height} labelled case(s) never met a gold card within "
+                            "the captured depth" + _listed(report.never_hit.height, "first_relevant_rank is null")))
         blocks.append(Block("table", table=Table(
             ["case", "locale", "category", "gold cards"],
-            [[r["case_id"], r["locale"], r["category"], str(r["n_gold"])] for r in report.never_hit.iter_rows(named=True)],
+            [[r["case_id"], r["locale"], r["category"], str(r["n_gold"])]
+             for r in report.never_hit.head(LISTED_CASES).iter_rows(named=True)],
             align_right_from=3,
         )))
         if len(report.runs) > 1:
             previous = report.runs[-2]
-            blocks.append(Block("text", f"{report.changed.height} case(s) changed hit@k between {previous.run_id} and {latest.run_id}:"))
+            blocks.append(Block("text", f"{report.changed.height} case(s) changed hit@k between {previous.run_id} and "
+                                f"{latest.run_id}" + _listed(report.changed.height, "hit_at_k of both runs differs")))
             blocks.append(Block("table", table=Table(
                 ["case", "locale", "category", "change"],
-                [[r["case_id"], r["locale"], r["category"], r["change"]] for r in report.changed.iter_rows(named=True)],
+                [[r["case_id"], r["locale"], r["category"], r["change"]]
+                 for r in report.changed.head(LISTED_CASES).iter_rows(named=True)],
                 align_right_from=4,
             )))
     return blocks
+
+
+def _listed(n_cases: int, where: str) -> str:
+    """The end of a diagnostic's heading line: all cases are listed, or the first few."""
+    if n_cases <= LISTED_CASES:
+        return ":"
+    return (f" (the first {LISTED_CASES} are listed; every one is in the `case_metrics` view, "
+            f"where {where} at the headline k):")
 
 
 CHART_TITLES = {
