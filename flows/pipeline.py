@@ -87,11 +87,14 @@ def run_cutoffs(manifest: Manifest, options: EvaluationOptions) -> tuple[int, li
     return headline_k, cutoffs(headline_k, options.ks)
 
 
-def _reusable(warehouse: Warehouse, manifest: Manifest, options: EvaluationOptions):
+Committed = tuple[str | None, dict[str, list[Path]]]  # a run's evaluation key and files (Warehouse.committed)
+
+
+def _reusable(manifest: Manifest, options: EvaluationOptions, committed: Committed):
     """A test of a digest: does the warehouse hold this run evaluated from the same bytes,
     cutoffs, reject mode and code? Returns (test, the committed parts)."""
     headline_k, ks = run_cutoffs(manifest, options)
-    committed_key, parts = warehouse.committed(manifest.run_id)
+    committed_key, parts = committed
 
     def reusable(digest: str) -> bool:
         return committed_key == evaluation_key(digest, headline_k, ks, options.allow_rejects)
@@ -103,7 +106,7 @@ def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: Evalu
     """The scale-out ingest: validate one run's cases file and write its staged cases as
     Parquet partitions by a stable hash of case_id (one task per partition follows)."""
     scratch = warehouse.scratch_dir(txn, manifest.run_id)
-    reusable, committed = _reusable(warehouse, manifest, options)
+    reusable, committed = _reusable(manifest, options, warehouse.committed(manifest.run_id))
     n_partitions = options.partitions or partition_count(manifest.cases_file)
     con = engine.connect(spill_dir=scratch)
     try:
@@ -221,14 +224,16 @@ def evaluate_run(
     warehouse: Warehouse,
     txn: str,
     options: EvaluationOptions,
+    committed: Committed,
     progress: Progress | None = None,
 ) -> RunParts:
     """Every step of one run, in this process: one DuckDB pass streams the staged cases to
-    Polars in batches; nothing is staged on disk."""
+    Polars in batches; nothing is staged on disk. `committed` is what the warehouse holds
+    of the run."""
     run_id = manifest.run_id
     _, ks = run_cutoffs(manifest, options)
     scratch = warehouse.scratch_dir(txn, run_id)
-    reusable, committed = _reusable(warehouse, manifest, options)
+    reusable, committed_parts = _reusable(manifest, options, committed)
 
     def evaluate_batch(staged: pl.DataFrame, index: int) -> PartitionParts:
         if progress:
@@ -253,7 +258,7 @@ def evaluate_run(
     finally:
         con.close()
     if outcome is None:
-        return reused_run(StagedRun(run_id, [], 0, digest, reused=committed))
+        return reused_run(StagedRun(run_id, [], 0, digest, reused=committed_parts))
     result, rejects = outcome
     staged = StagedRun(run_id, [], 0, digest, rejects, loaded=result is not None)
     if result is None:
@@ -284,10 +289,11 @@ def evaluate(options: EvaluationOptions) -> list[str]:
     progress = Progress(len(manifests))
     with warehouse.writing():
         txn = warehouse.new_txn()
+        committed = warehouse.committed_runs([manifest.run_id for manifest in manifests])
         results = []
         for index, manifest in enumerate(manifests, start=1):
             progress.start_run(index, manifest.run_id, manifest.cases_file.stat().st_size)
-            results.append(evaluate_run(manifest, warehouse, txn, options, progress))
+            results.append(evaluate_run(manifest, warehouse, txn, options, committed[manifest.run_id], progress))
             progress.end_run()
         commit_runs(warehouse, results)
     error = refused(results)

@@ -60,25 +60,32 @@ class Warehouse:
     def committed(self, run_id: str) -> tuple[str | None, dict[str, list[Path]]]:
         """The evaluation key of a run as committed (None when it has no `runs` row, or one
         written before keys were kept) and its committed files per table."""
-        if not self.catalog_path.exists():
-            return None, {}
+        return self.committed_runs([run_id])[run_id]
+
+    def committed_runs(self, run_ids: list[str]) -> dict[str, tuple[str | None, dict[str, list[Path]]]]:
+        """`committed` of each of `run_ids`, read in one visit to the catalog."""
+        found: dict[str, tuple[str | None, dict[str, list[Path]]]] = {run_id: (None, {}) for run_id in run_ids}
+        if not run_ids or not self.catalog_path.exists():
+            return found
         with self.connect(read_only=True) as con:
             if not _has_partitions(con):
-                return None, {}
-            parts: dict[str, list[Path]] = {}
-            for table, path in con.execute(
-                "select table_name, path from _partitions where run_id = $run_id order by table_name, path",
-                {"run_id": run_id},
+                return found
+            parts: dict[str, dict[str, list[Path]]] = {run_id: {} for run_id in run_ids}
+            for run_id, table, path in con.execute(
+                "select run_id, table_name, path from _partitions where list_contains($ids, run_id) "
+                "order by run_id, table_name, path",
+                {"ids": run_ids},
             ).fetchall():
-                parts.setdefault(table, []).append(self.root / path)
-            if "runs" not in parts:
-                return None, parts
-            keys = con.sql(
-                "select * from read_parquet($files, union_by_name = true)",
-                params={"files": [str(p) for p in parts["runs"]]},
-            ).pl()
-        key = keys["evaluation_key"][0] if "evaluation_key" in keys.columns and keys.height else None
-        return key, parts
+                parts[run_id].setdefault(table, []).append(self.root / path)
+            runs_files = [str(path) for run in parts.values() for path in run.get("runs", [])]
+            keys: dict[str, str | None] = {}
+            if runs_files:
+                rows = con.sql(
+                    "select * from read_parquet($files, union_by_name = true)", params={"files": runs_files}
+                ).pl()
+                if "evaluation_key" in rows.columns:
+                    keys = dict(zip(rows["run_id"], rows["evaluation_key"], strict=True))
+        return {run_id: (keys.get(run_id), parts[run_id]) for run_id in run_ids}
 
     @staticmethod
     def new_txn() -> str:
