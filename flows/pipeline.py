@@ -24,6 +24,7 @@ from transforms import engine
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.baseline import baseline_reference, read_snapshot
 from transforms.case_metrics import case_metrics, cutoffs
+from transforms.charts import chart_files
 from transforms.errors import InputError, Reject, RejectedRecords
 from transforms.ingest import (
     StagedRun,
@@ -38,7 +39,6 @@ from transforms.ingest import (
 from transforms.kb_check import effective_gold_not_in_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.rankings import case_rows, retrieved_items
-from transforms.charts import chart_files
 from transforms.report import Report, RunReport, build_report, run_reports
 from transforms.report_render import render_html, render_markdown
 from transforms.run_summary import evaluation_key, run_summary
