@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import polars as pl
@@ -87,6 +88,7 @@ def run_cutoffs(manifest: Manifest, options: EvaluationOptions) -> tuple[int, li
     return headline_k, cutoffs(headline_k, options.ks)
 
 
+T = TypeVar("T")
 Committed = tuple[str | None, dict[str, list[Path]]]  # a run's evaluation key and files (Warehouse.committed)
 
 
@@ -102,12 +104,20 @@ def _reusable(manifest: Manifest, options: EvaluationOptions, committed: Committ
     return reusable, parts
 
 
-def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
-    """The scale-out ingest: validate one run's cases file and write its staged cases as
-    Parquet partitions by a stable hash of case_id (one task per partition follows)."""
+def _ingest_run(
+    manifest: Manifest,
+    warehouse: Warehouse,
+    txn: str,
+    options: EvaluationOptions,
+    committed: Committed,
+    fast_pass: Callable[[duckdb.DuckDBPyConnection, Path, int], T | None],
+) -> tuple[str, tuple[T | None, list[Reject]] | None, dict[str, list[Path]]]:
+    """One run's ingest, either way: `fast_pass(con, path, object_limit)` over its cases file
+    (with the line-by-line fallback of transforms/ingest.py), its digest computed beside it.
+    Returns (digest, (result, rejects) or None when the committed run is reused, the
+    committed parts)."""
     scratch = warehouse.scratch_dir(txn, manifest.run_id)
-    reusable, committed = _reusable(manifest, options, warehouse.committed(manifest.run_id))
-    n_partitions = options.partitions or partition_count(manifest.cases_file)
+    reusable, committed_parts = _reusable(manifest, options, committed)
     con = engine.connect(spill_dir=scratch)
     try:
         digest, outcome = digest_beside(
@@ -119,14 +129,30 @@ def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: Evalu
                 scratch,
                 str(manifest.cases_file),
                 options.allow_rejects,
-                lambda path, limit: stage_partitions(con, path, scratch / "staged", n_partitions, limit),
+                lambda path, limit: fast_pass(con, path, limit),
             ),
             reusable,
         )
     finally:
         con.close()
+    return digest, outcome, committed_parts
+
+
+def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
+    """The scale-out ingest: validate one run's cases file and write its staged cases as
+    Parquet partitions by a stable hash of case_id (one task per partition follows)."""
+    staged_dir = warehouse.scratch_dir(txn, manifest.run_id) / "staged"
+    n_partitions = options.partitions or partition_count(manifest.cases_file)
+    digest, outcome, committed_parts = _ingest_run(
+        manifest,
+        warehouse,
+        txn,
+        options,
+        warehouse.committed(manifest.run_id),
+        lambda con, path, limit: stage_partitions(con, path, staged_dir, n_partitions, limit),
+    )
     if outcome is None:
-        return StagedRun(manifest.run_id, [], 0, digest, reused=committed)
+        return StagedRun(manifest.run_id, [], 0, digest, reused=committed_parts)
     result, rejects = outcome
     if result is None:
         return StagedRun(manifest.run_id, [], 0, digest, rejects, loaded=False)
@@ -232,31 +258,20 @@ def evaluate_run(
     of the run."""
     run_id = manifest.run_id
     _, ks = run_cutoffs(manifest, options)
-    scratch = warehouse.scratch_dir(txn, run_id)
-    reusable, committed_parts = _reusable(manifest, options, committed)
 
     def evaluate_batch(staged: pl.DataFrame, index: int) -> PartitionParts:
         if progress:
             progress.batch(index + 1, staged.height)
         return evaluate_partition(staged, run_id, ks, warehouse, txn, index)
 
-    con = engine.connect(spill_dir=scratch)
-    try:
-        digest, outcome = digest_beside(
-            manifest,
-            warehouse.digest_cache(run_id),
-            con,
-            lambda: ingest(
-                manifest.cases_file,
-                scratch,
-                str(manifest.cases_file),
-                options.allow_rejects,
-                lambda path, limit: checked_stream(con, path, limit, evaluate_batch),
-            ),
-            reusable,
-        )
-    finally:
-        con.close()
+    digest, outcome, committed_parts = _ingest_run(
+        manifest,
+        warehouse,
+        txn,
+        options,
+        committed,
+        lambda con, path, limit: checked_stream(con, path, limit, evaluate_batch),
+    )
     if outcome is None:
         return reused_run(StagedRun(run_id, [], 0, digest, reused=committed_parts))
     result, rejects = outcome
