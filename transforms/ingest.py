@@ -40,7 +40,9 @@ FAST_PATH_OBJECT_LIMIT = 16 * 1024 * 1024
 PARTITION_BYTES = 256 * 1024 * 1024
 GZIP_RATIO = 6  # rough expansion of gzip-compressed JSON, to size partitions
 # In-process, staged cases are evaluated in batches of about this many retrieved items
-# (50k cases × 20 items; a batch's frames stay within a few hundred MB).
+# (50k cases × 20 items; a batch's frames stay within a few hundred MB: 0.85 GB peak RSS
+# at 100k and at 1M cases, where 250k items took 0.6 GB and 3% more time). DuckDB hands
+# them over in Arrow batches of READ_BATCH_ROWS records, and reads on while one is evaluated.
 BATCH_ITEMS = 1_000_000
 READ_BATCH_ROWS = 8_192
 
@@ -118,7 +120,7 @@ def digest_beside(
 
     A file whose size and mtime are known is not read for its digest. An unseen one is
     hashed here while `work` (reading it with DuckDB on `con`) runs in a worker thread —
-    about 0.3 s per 440 MB, hidden behind the DuckDB pass; when the bytes turn out to be
+    0.14 s of one core per 440 MB, beside the DuckDB pass; when the bytes turn out to be
     known (a touched file), the pass is interrupted and its output left uncommitted.
     """
     digest = known_digest(manifest, stat_cache)
