@@ -156,3 +156,42 @@ def test_long_diagnostics_list_the_first_cases_and_say_where_the_rest_are(tmp_pa
     assert f"the first {LISTED_CASES} are listed" in markdown and "`case_metrics` view" in markdown
     listed = re.findall(r"^\| miss-(\d{3}) \|", markdown, flags=re.MULTILINE)
     assert listed == [f"{i:03d}" for i in range(LISTED_CASES)]  # in case id order
+
+
+CHART_CHILD_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from flows.chart_process import ChartProcess
+
+kill_child = sys.argv[1] == "kill"
+with ChartProcess() as charts:
+    forked = charts._pid is not None
+    if kill_child:
+        os.kill(charts._pid, signal.SIGKILL)
+    from flows.pipeline import read_report, start_charts
+    from flows.warehouse import Warehouse
+
+    warehouse = Warehouse(Path(sys.argv[2]))
+    report = read_report(warehouse, warehouse.run_ids(),
+                         on_runs=lambda runs: start_charts(charts, runs, Path(sys.argv[3]), None))
+    names = charts.wait()
+print(forked, sorted(names.values()))
+"""
+
+
+@pytest.mark.parametrize("child", ["draws", "kill"])
+def test_charts_come_from_the_forked_child_or_from_this_process_when_it_is_gone(written, tmp_path, child):
+    import subprocess
+    import sys
+
+    report, folder = written
+    warehouse = folder.parent / "wh"
+    out = tmp_path / "charts"
+    result = subprocess.run(
+        [sys.executable, "-c", CHART_CHILD_SCRIPT, child, str(warehouse), str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[0] == "True " + str(sorted(report.charts.values()))
+    for name in report.charts.values():
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
