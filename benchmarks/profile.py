@@ -4,9 +4,11 @@
     python benchmarks/profile.py --cases 100000 --depth 20            # dataset made if missing
     python benchmarks/profile.py --cases 1000000 --depth 20 --memory  # where the RSS peak is
 
-py-spy samples the main thread 100 times a second, idle samples included, so the
-numbers add up to wall time: a DuckDB statement shows as the Python line that runs it
-(its worker threads are not sampled separately). The raw stacks are kept in
+py-spy samples each Python thread 100 times a second, idle samples included, so each
+thread's numbers add up to wall time: a DuckDB statement shows as the Python line that
+runs it (its own worker threads are not sampled separately). A run's ingest and per-batch
+work run in a worker thread while the main thread hashes the input and then waits, so the
+summary has one table per thread. The raw stacks are kept in
 benchmarks/work/profile/<name>.txt (flame-graph "collapsed" format); the summary prints
 wall seconds per pipeline step and per hot source line of flows/ and transforms/, with
 that line's text as it is when the profile ends.
@@ -66,7 +68,7 @@ def record(run_dir: Path, out: Path, scratch: Path) -> None:
     base = Path(tempfile.mkdtemp(prefix="profile-", dir=scratch))
     try:
         subprocess.run(
-            [py_spy(), "record", "--idle", "--format", "raw", "--rate", str(RATE), "-o", str(out), "--",
+            [py_spy(), "record", "--idle", "--threads", "--format", "raw", "--rate", str(RATE), "-o", str(out), "--",
              sys.executable, "-m", "flows.cli", "run", str(run_dir),
              "--warehouse", str(base / "warehouse"), "--report-dir", str(base / "report")],
             check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
@@ -161,14 +163,26 @@ def frame_parts(frame: str) -> tuple[str, str, int]:
 
 
 def summarize(raw: Path, top: int = 15) -> str:
+    """One table of pipeline steps and one of hot lines per sampled thread."""
+    threads: dict[str, list[tuple[list[str], int]]] = collections.defaultdict(list)
+    for text in raw.read_text(encoding="utf-8").splitlines():
+        stack, _, count = text.rpartition(" ")
+        thread, *frames = stack.split(";")
+        name = thread.partition("): ")[2] or thread
+        threads[name].append((frames[1:], int(count)))  # frames[0]: the process
+    out = []
+    for name, samples in sorted(threads.items(), key=lambda kv: -sum(n for _, n in kv[1])):
+        out.append(f"### Thread {name}\n")
+        out.append(_summarize_thread(samples, top))
+    return "\n".join(out)
+
+
+def _summarize_thread(samples: list[tuple[list[str], int]], top: int) -> str:
     total = 0
     by_line: collections.Counter[str] = collections.Counter()
     by_step: collections.Counter[str] = collections.Counter()
-    for text in raw.read_text(encoding="utf-8").splitlines():
-        stack, _, count = text.rpartition(" ")
-        n = int(count)
+    for frames, n in samples:
         total += n
-        frames = stack.split(";")[1:]
         project = [f for f in frames if frame_parts(f)[1].startswith(("flows/", "transforms/"))]
         by_line[project[-1] if project else OUTSIDE] += n
         by_step[step_label([frame_parts(f)[:2] for f in frames])] += n

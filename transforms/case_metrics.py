@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import duckdb
 import polars as pl
 
 import sql
@@ -21,14 +22,19 @@ def cutoffs(headline_k: int, sweep: Iterable[int] = ()) -> list[int]:
     return ks
 
 
-def case_metrics(cases: pl.DataFrame, ks: list[int]) -> pl.DataFrame:
-    """One row per (labelled case, k) of a run's `cases` rows, by sql/case_metrics.sql."""
-    con = engine.connect()
+def case_metrics(cases: pl.DataFrame, ks: list[int], con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
+    """One row per (labelled case, k) of a run's `cases` rows, by sql/case_metrics.sql, on
+    `con` (a connection of its own when not given)."""
+    own = con is None
+    con = engine.connect() if own else con
     try:
         con.register("cases", cases)
         return con.sql(sql.load("case_metrics"), params={"ks": ks}).pl()
     finally:
-        con.close()
+        if own:
+            con.close()
+        else:
+            con.unregister("cases")
 
 
 HIT_TO_MISS, MISS_TO_HIT = "hit → miss", "miss → hit"
