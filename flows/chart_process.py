@@ -90,11 +90,20 @@ class ChartProcess:
         self._connection = self._pid = None
 
 
+def _yield_to_the_main_job() -> None:
+    """Run only on CPU the main job leaves idle: SCHED_IDLE where Linux offers it, else the
+    lowest nice level. Drawing, at the end, happens while the main job waits for it."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        os.nice(19)
+
+
 def _serve(connection: Connection) -> None:
     """The child: import the plotting stack now, draw the one job that comes, exit."""
     code = 0
     try:
-        os.nice(10)  # warm up on idle CPU: the main job's threads come first
+        _yield_to_the_main_job()
         from transforms.charts import warm_up, write_charts
 
         warm_up()
