@@ -6,15 +6,19 @@ imports its engines or starts a thread, a child imports matplotlib on the other 
 the main job works, then waits for the runs to draw, draws them while the parent writes
 the rest of the report, and exits.
 
-Where fork is missing or unsafe (another thread is running: a child could inherit a lock
-held by it), or the child cannot deliver (it died, hung, or drawing failed there), the
-charts are drawn in this process instead, so the report never lacks them.
+Use it first thing in a process, as `retrieval-eval run` does. Where fork is missing or
+unsafe (another thread is running, or Polars or DuckDB is loaded and may have started its
+thread pool: a child could inherit a lock held by one), or the child cannot deliver (it
+died, took too long, or drawing failed there), the charts are drawn in this process
+instead, so the report never lacks them. A child whose charts are not needed any more (the
+run failed) is killed, never waited for.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
@@ -23,8 +27,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transforms.report import RunReport
 
-# Drawing takes well under a second; a child that has not answered by then is stuck.
-ANSWER_TIMEOUT_S = 60.0
+# Drawing takes well under a second here; on a machine this busy, drawing in-process is as good.
+ANSWER_TIMEOUT_S = 20.0
+# Engines with native thread pools: once one is loaded, forking is no longer safe.
+THREADED_ENGINES = ("polars", "duckdb", "pyarrow")
 
 
 class ChartProcess:
@@ -35,9 +41,14 @@ class ChartProcess:
         self._connection: Connection | None = None
         self._pid: int | None = None
         self._job: tuple | None = None
+        self._answered = False
 
     def __enter__(self) -> ChartProcess:
-        if not hasattr(os, "fork") or threading.active_count() > 1:
+        if (
+            not hasattr(os, "fork")
+            or threading.active_count() > 1
+            or any(engine in sys.modules for engine in THREADED_ENGINES)
+        ):
             return self
         parent_end, child_end = Pipe()
         pid = os.fork()
@@ -72,10 +83,9 @@ class ChartProcess:
             try:
                 if self._connection.poll(ANSWER_TIMEOUT_S):
                     status, value = self._connection.recv()
+                    self._answered = True
                     if status == "ok":
                         return value
-                else:
-                    os.kill(self._pid, signal.SIGKILL)
             except (EOFError, OSError):
                 pass  # the child is gone: draw here
         from transforms.charts import write_charts
@@ -84,19 +94,18 @@ class ChartProcess:
 
     def _close(self) -> None:
         if self._connection is not None:
-            self._connection.close()  # a child still waiting for a job sees EOF and exits
+            self._connection.close()
         if self._pid is not None:
+            if not self._answered:  # still warming up or drawing for nobody: stop it now
+                os.kill(self._pid, signal.SIGKILL)
             os.waitpid(self._pid, 0)
         self._connection = self._pid = None
 
 
 def _yield_to_the_main_job() -> None:
-    """Run only on CPU the main job leaves idle: SCHED_IDLE where Linux offers it, else the
-    lowest nice level. Drawing, at the end, happens while the main job waits for it."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError):
-        os.nice(19)
+    """Give the main job's threads the CPU first. A nice level, not SCHED_IDLE: an idle-class
+    child starves (minutes) whenever any other process keeps the CPU busy."""
+    os.nice(10)
 
 
 def _serve(connection: Connection) -> None:

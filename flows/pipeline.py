@@ -37,7 +37,7 @@ from transforms.ingest import (
     stream_staged,
     write_rejects,
 )
-from transforms.kb_check import effective_gold_not_in_kb
+from transforms.kb_check import effective_gold_not_in_kb, load_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.rankings import case_rows, retrieved_items
 from transforms.report import Report, RunReport, build_report, run_reports
@@ -340,7 +340,10 @@ def read_report(
     `on_runs` gets the runs and their figures as soon as they are read (the charts need no
     more), before the per-case diagnostics are."""
     params = {"ids": run_ids}
+    check_kb = kb is not None and kb.is_file()
     with warehouse.connect() as con:
+        if check_kb:
+            load_kb(con, kb)  # a bad KB stops here, before anything is drawn
         runs = con.sql("select * from runs where list_contains($ids, run_id)", params=params).pl()
         aggregates = con.sql(
             "select * from aggregates where list_contains($ids, run_id)", params=params
@@ -354,7 +357,7 @@ def read_report(
             "where list_contains($ids, run_id) and case_metrics.k = runs.headline_k",
             params=params,
         ).pl()
-        unknown_gold = effective_gold_not_in_kb(con, kb, run_ids) if kb is not None and kb.is_file() else None
+        unknown_gold = effective_gold_not_in_kb(con, run_ids) if check_kb else None
     return build_report(runs, shown, case_metrics, unknown_gold)
 
 

@@ -58,8 +58,10 @@ class Warehouse:
         return self.root / DIGESTS / f"{run_id}.json"
 
     def committed(self, run_id: str) -> tuple[str | None, dict[str, list[Path]]]:
-        """The evaluation key of a run as committed (None when it has no `runs` row, or one
-        written before keys were kept) and its committed files per table."""
+        """The evaluation key of a run as committed and its committed files per table. The key
+        is None when the run has no `runs` row, one written before keys were kept, or files
+        from more than one transaction (a refused re-run replaced its `rejects`): only files
+        written together are reused together."""
         return self.committed_runs([run_id])[run_id]
 
     def committed_runs(self, run_ids: list[str]) -> dict[str, tuple[str | None, dict[str, list[Path]]]]:
@@ -85,7 +87,10 @@ class Warehouse:
                 ).pl()
                 if "evaluation_key" in rows.columns:
                     keys = dict(zip(rows["run_id"], rows["evaluation_key"], strict=True))
-        return {run_id: (keys.get(run_id), parts[run_id]) for run_id in run_ids}
+        return {
+            run_id: (keys.get(run_id) if _one_transaction(parts[run_id]) else None, parts[run_id])
+            for run_id in run_ids
+        }
 
     @staticmethod
     def new_txn() -> str:
@@ -201,6 +206,11 @@ class Warehouse:
                 "select distinct run_id from _partitions where table_name = 'runs' order by run_id"
             ).fetchall()
         return [row[0] for row in rows]
+
+
+def _one_transaction(parts: dict[str, list[Path]]) -> bool:
+    """Whether every file was written by one transaction (`part-<txn>-<index>.parquet`)."""
+    return len({path.name.rsplit("-", 1)[0] for paths in parts.values() for path in paths}) == 1
 
 
 def _has_partitions(con: duckdb.DuckDBPyConnection) -> bool:

@@ -257,3 +257,60 @@ def test_a_full_disk_is_a_clear_message_and_leaves_nothing_half_written(tiny_dis
     assert result.returncode == 2
     assert "No space left on device" in result.stderr and "Traceback" not in result.stderr
     assert list((tiny_disk / "wh").glob("*/run_id=*/*.parquet")) == []  # no part was left behind
+
+
+def test_a_run_restored_after_a_refusal_is_evaluated_again_with_its_own_rejects(tmp_path):
+    lines = synthetic_cases(10)
+    write_run(tmp_path / "runs", "run-a", lines=lines)
+    options = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh")
+    evaluate(options)
+    write_run(tmp_path / "runs", "run-a", lines=[*lines, '{"case_id": "bad", "locale": 5, "category": "g"}'])
+    with pytest.raises(RejectedRecords):
+        evaluate(options)  # refused: the rejects are recorded beside the earlier evaluation
+    with Warehouse(options.warehouse).connect() as con:
+        assert con.execute("select line from rejects").fetchall() == [(11,)]
+    write_run(tmp_path / "runs", "run-a", lines=lines)  # the very bytes evaluated first
+    evaluate(options)
+    with Warehouse(options.warehouse).connect() as con:
+        assert con.execute("select count(*) from rejects").fetchall() == [(0,)]
+        assert con.execute("select n_cases, n_rejected from runs").fetchall() == [(10, 0)]
+
+
+def test_an_engine_error_while_evaluating_is_raised_not_taken_for_bad_records(tmp_path, monkeypatch):
+    import flows.pipeline as pipeline
+    import transforms.ingest as ingest
+
+    write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(10))
+
+    def out_of_memory(*args, **kwargs):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate")
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("valid records were sent to the line-by-line pass")
+
+    monkeypatch.setattr(pipeline, "case_metrics", out_of_memory)
+    monkeypatch.setattr(ingest, "split_records", must_not_run)
+    with pytest.raises(duckdb.OutOfMemoryException):
+        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+
+
+def test_the_digest_cache_is_checked_by_inode_and_ctime_and_survives_being_cut_short(tmp_path):
+    run_dir = write_run(tmp_path / "runs", "run-a", [case("c1", [chunk("A::00", "A")], ["A"])])
+    options = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh")
+    evaluate(options)
+    cases_file = run_dir / "cases.jsonl"
+    before = cases_file.stat()
+    # The same size and mtime, other bytes, as `cp -p` or rsync leave them: read again.
+    replacement = tmp_path / "replacement.jsonl"
+    replacement.write_text(cases_file.read_text().replace('["A"]', '["B"]'))
+    assert replacement.stat().st_size == before.st_size
+    os.utime(replacement, ns=(before.st_atime_ns, before.st_mtime_ns))
+    replacement.replace(cases_file)
+    evaluate(options)
+    with Warehouse(options.warehouse).connect() as con:
+        assert con.execute("select hit_at_k from case_metrics").fetchall() == [(0.0,)]
+    # A digest cache cut short (a kill or a full disk while writing it) is a miss, not a crash.
+    cache = tmp_path / "wh" / ".digests" / "run-a.json"
+    cache.write_text(cache.read_text()[:40])
+    evaluate(options)
+    assert json.loads(cache.read_text())["digest"].startswith("blake3:")

@@ -77,17 +77,21 @@ def partition_count(path: Path) -> int:
 
 
 def _stamp(manifest: Manifest) -> list:
-    files = [manifest.run_dir / "manifest.json", manifest.cases_file]
-    return [[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+    """Path, size, mtime, inode and ctime of the run's files: a copy that keeps the size and
+    restores the mtime (`cp -p`, rsync, tar) still gets a new inode or ctime."""
+    stats = [(f, f.stat()) for f in (manifest.run_dir / "manifest.json", manifest.cases_file)]
+    return [[str(f), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for f, st in stats]
 
 
 def known_digest(manifest: Manifest, stat_cache: Path) -> str | None:
-    """The digest recorded for these files when their size and modification time are
-    unchanged since it was computed (the way make and git decide what changed)."""
-    if stat_cache.is_file():
+    """The digest recorded for these files when their stamp (size, times, inode) is
+    unchanged since it was computed (the way git decides what to hash again)."""
+    try:
         cached = json.loads(stat_cache.read_text())
         if cached.get("stamp") == _stamp(manifest):
             return cached["digest"]
+    except (OSError, ValueError, AttributeError):
+        pass  # none yet, or unreadable: hash again
     return None
 
 
@@ -104,7 +108,9 @@ def artifact_digest(manifest: Manifest, stat_cache: Path | None = None) -> str:
     result = "blake3:" + digest.hexdigest()
     if stat_cache is not None:
         stat_cache.parent.mkdir(parents=True, exist_ok=True)
-        stat_cache.write_text(json.dumps({"stamp": stamp, "digest": result}))
+        written = stat_cache.with_suffix(".tmp")
+        written.write_text(json.dumps({"stamp": stamp, "digest": result}))
+        written.replace(stat_cache)  # whole or not at all
     return result
 
 
@@ -121,19 +127,24 @@ def digest_beside(
     A file whose size and mtime are known is not read for its digest. An unseen one is
     hashed here while `work` (reading it with DuckDB on `con`) runs in a worker thread —
     0.14 s of one core per 440 MB, beside the DuckDB pass; when the bytes turn out to be
-    known (a touched file), the pass is interrupted and its output left uncommitted.
+    known (a touched file), the pass is interrupted (a DuckDB statement stops; work outside
+    one runs to its end) and its output left uncommitted.
     """
     digest = known_digest(manifest, stat_cache)
     if digest:
         return digest, None if reusable(digest) else work()
     with ThreadPoolExecutor(max_workers=1) as worker:
         running = worker.submit(work)
-        digest = artifact_digest(manifest, stat_cache)
-        if reusable(digest):
+        try:
+            digest = artifact_digest(manifest, stat_cache)
+            if reusable(digest):
+                con.interrupt()
+                wait([running])  # interrupted or finished: its output is dropped either way
+                return digest, None
+            return digest, running.result()
+        except BaseException:  # Ctrl-C or a failed hash: stop the pass rather than wait for it
             con.interrupt()
-            wait([running])  # interrupted or finished: its output is dropped either way
-            return digest, None
-        return digest, running.result()
+            raise
 
 
 def ingest(
@@ -193,19 +204,35 @@ def stream_staged(
     results: list[T] = []
     n_records = 0
     try:
-        reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
-        for frame in _batches(reader, batch_items or BATCH_ITEMS):
+        try:
+            reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
+        except duckdb.InterruptException:
+            raise
+        except (duckdb.Error, UnicodeDecodeError) as error:
+            raise _ReadError from error
+        batches = _batches(reader, batch_items or BATCH_ITEMS)
+        while True:
+            # Only what reading raises is about the records; an error of `consume` (the
+            # engines evaluating a batch) is raised as it is.
+            try:
+                frame = next(batches, None)
+            except _RuleBroken:
+                return None
+            if frame is None:
+                break
             n_records += frame.height
             results.append(consume(frame, len(results)))
-    except _RuleBroken:
-        return None
     except duckdb.InterruptException:
         raise  # the same bytes were found evaluated already (see digest_beside)
-    except (duckdb.Error, UnicodeDecodeError):
+    except _ReadError:
         # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
         # raises UnicodeDecodeError when its message quotes a line cut inside a character.
         return None
     return results, n_records
+
+
+class _ReadError(Exception):
+    """DuckDB could not read the records (malformed JSON, wrong shapes)."""
 
 
 def repeated_case_ids(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
@@ -237,14 +264,14 @@ def _batches(reader, batch_items: int) -> Iterator[pl.DataFrame]:
 
 def _next_batch(reader):
     """The next Arrow batch of a DuckDB result, or None at its end. DuckDB's errors reach
-    Python through the Arrow stream as OSError("<kind> Error: ..."); they are raised again
-    as the DuckDB exceptions they were, so that an interrupt stays an interrupt."""
+    Python through the Arrow stream as OSError("<kind> Error: ..."): an interrupt is raised
+    again as the DuckDB interrupt it was, any other as a _ReadError."""
     try:
         return next(reader, None)
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         if str(error).startswith("INTERRUPT Error"):
             raise duckdb.InterruptException(str(error)) from None
-        raise duckdb.Error(str(error)) from None
+        raise _ReadError(str(error)) from error
 
 
 def stage_partitions(

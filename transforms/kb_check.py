@@ -48,10 +48,10 @@ def gold_not_in_kb(kb: Path, manifests: list[Manifest]) -> pl.DataFrame:
     return con.sql(sql.load("gold_not_in_kb")).pl().sort(pl.all())
 
 
-def effective_gold_not_in_kb(con: duckdb.DuckDBPyConnection, kb: Path, run_ids: list[str]) -> pl.DataFrame:
+def effective_gold_not_in_kb(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
     """The same check on the effective gold of loaded runs, counted in the warehouse: one
-    row per run with unknown gold ids — run_id, n_ids, n_cases. `con` reads the catalog."""
-    load_kb(con, kb)
+    row per run with unknown gold ids — run_id, n_ids, n_cases. `con` reads the catalog and
+    holds kb_cards (`load_kb`)."""
     con.execute(
         "create or replace temp table gold_ids as "
         "select run_id, case_id, gold_source as field, unnest(gold) as gold_id from cases "

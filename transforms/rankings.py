@@ -82,7 +82,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.
         .agg(pl.col("card_rank").alias("relevant_ranks"))
     )
     return (
-        staged.with_row_index("case_no")
+        staged.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"))
         .join(relevant, on="case_no", how="left", maintain_order="left")
         .join(depth, on="case_no", how="left", maintain_order="left")
         .select(

@@ -17,8 +17,9 @@ from transforms.case_metrics import METRICS
 from transforms.report import METRIC_LABELS, Report, RunReport, headline_table
 
 TERMINAL_SLICES = ("all", "locale", "category")
-# A report lists at most this many cases per diagnostic (in case id order); past that a
-# table stops being read, and the warehouse holds every case.
+# A report lists at most this many cases per diagnostic (never-hit cases by id, changed
+# cases by change then id); past that a table stops being read, and the warehouse holds
+# every case.
 LISTED_CASES = 50
 MARKDOWN_SLICES = ("all", "locale", "category", "locale_category")
 GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
