@@ -184,8 +184,9 @@ def staged_relation(
     )
 
 
-class _RuleBroken(Exception):
-    """A staged record is flagged by sql/staged_cases.sql: the line-by-line pass decides."""
+class _NotClean(Exception):
+    """The fast pass cannot take these records (a record breaks a rule, or DuckDB cannot read
+    the file): the line-by-line pass decides."""
 
 
 def stream_staged(
@@ -196,43 +197,21 @@ def stream_staged(
     batch_items: int | None = None,
 ) -> tuple[list[T], int] | None:
     """The in-process fast pass: hand `path`'s staged cases to `consume(frame, index)` in
-    batches of about `batch_items` (default BATCH_ITEMS) retrieved items, never writing them as an intermediate
-    file. Returns (what consume returned, in order; records), or None when a record breaks a
-    rule — what was consumed is then left to be discarded. Repeated case ids are for the
-    caller to find in what was consumed (`repeated_case_ids`): holding them here would hold
-    every batch's Arrow buffers."""
+    batches of about `batch_items` (default BATCH_ITEMS) retrieved items, never writing them
+    as an intermediate file. Returns (what consume returned, in order; records), or None when
+    a record breaks a rule — what was consumed is then left to be discarded. Only reading
+    says that: an error of `consume` (the engines evaluating a batch) is raised as it is.
+    Repeated case ids are for the caller to find in what was consumed
+    (`repeated_case_ids`): holding them here would hold every batch's Arrow buffers."""
     results: list[T] = []
     n_records = 0
     try:
-        try:
-            reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
-        except duckdb.InterruptException:
-            raise
-        except (duckdb.Error, UnicodeDecodeError) as error:
-            raise _ReadError from error
-        batches = _batches(reader, batch_items or BATCH_ITEMS)
-        while True:
-            # Only what reading raises is about the records; an error of `consume` (the
-            # engines evaluating a batch) is raised as it is.
-            try:
-                frame = next(batches, None)
-            except _RuleBroken:
-                return None
-            if frame is None:
-                break
+        for frame in _batches(con, path, object_limit, batch_items or BATCH_ITEMS):
             n_records += frame.height
             results.append(consume(frame, len(results)))
-    except duckdb.InterruptException:
-        raise  # the same bytes were found evaluated already (see digest_beside)
-    except _ReadError:
-        # Malformed JSON or wrong shapes: the line-by-line pass names each record. DuckDB
-        # raises UnicodeDecodeError when its message quotes a line cut inside a character.
+    except _NotClean:
         return None
     return results, n_records
-
-
-class _ReadError(Exception):
-    """DuckDB could not read the records (malformed JSON, wrong shapes)."""
 
 
 def repeated_case_ids(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
@@ -245,14 +224,22 @@ def repeated_case_ids(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:
     return n_repeated
 
 
-def _batches(reader, batch_items: int) -> Iterator[pl.DataFrame]:
-    """Frames of about `batch_items` retrieved items from a reader of staged cases."""
+def _batches(con: duckdb.DuckDBPyConnection, path: Path, object_limit: int, batch_items: int) -> Iterator[pl.DataFrame]:
+    """Frames of about `batch_items` retrieved items of `path`'s staged cases."""
+    try:
+        reader = staged_relation(con, path, object_limit).to_arrow_reader(READ_BATCH_ROWS)
+    except duckdb.InterruptException:
+        raise  # the same bytes were found evaluated already (see digest_beside)
+    except (duckdb.Error, UnicodeDecodeError) as error:
+        # Malformed JSON or wrong shapes. DuckDB raises UnicodeDecodeError when its message
+        # quotes a line cut inside a character.
+        raise _NotClean from error
     pending: list[pl.DataFrame] = []
     n_items = 0
     while (batch := _next_batch(reader)) is not None:
         frame = pl.from_arrow(batch)
         if frame["breaks_rule"].any():
-            raise _RuleBroken
+            raise _NotClean
         pending.append(frame)
         n_items += frame["chunk_ids"].list.len().sum()
         if n_items >= batch_items:
@@ -265,13 +252,13 @@ def _batches(reader, batch_items: int) -> Iterator[pl.DataFrame]:
 def _next_batch(reader):
     """The next Arrow batch of a DuckDB result, or None at its end. DuckDB's errors reach
     Python through the Arrow stream as OSError("<kind> Error: ..."): an interrupt is raised
-    again as the DuckDB interrupt it was, any other as a _ReadError."""
+    again as the DuckDB interrupt it was, any other means records the fast pass cannot take."""
     try:
         return next(reader, None)
     except (OSError, UnicodeDecodeError) as error:
         if str(error).startswith("INTERRUPT Error"):
             raise duckdb.InterruptException(str(error)) from None
-        raise _ReadError(str(error)) from error
+        raise _NotClean(str(error)) from error
 
 
 def stage_partitions(
