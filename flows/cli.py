@@ -137,22 +137,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = run_tracked(run_options(args), args.task_runner, args.dask_address, GateSettings(args.baseline))
         report = read_report(Warehouse(args.warehouse), outcome.run_ids, args.kb)  # the flow wrote report.md
     else:
-        from flows.chart_process import ChartProcess
+        from flows.pipeline import evaluate, read_report, write_report
+        from flows.warehouse import Warehouse
 
-        # Forked first: before the engines are imported and before any thread starts.
-        with ChartProcess() as chart_process:
-            from flows.pipeline import evaluate, read_report, start_charts, write_report
-            from flows.warehouse import Warehouse
-
-            run_ids = evaluate(run_options(args))
-            report = read_report(
-                Warehouse(args.warehouse),
-                run_ids,
-                args.kb,
-                # The charts are drawn while the per-case diagnostics are read.
-                on_runs=lambda runs: start_charts(chart_process, runs, args.report_dir, args.baseline),
-            )
-            report = write_report(report, args.report_dir, baseline=args.baseline, chart_process=chart_process)
+        run_ids = evaluate(run_options(args))
+        report = read_report(Warehouse(args.warehouse), run_ids, args.kb)
+        report = write_report(report, args.report_dir, baseline=args.baseline)
     from transforms.report_render import render_json, render_terminal
 
     if args.json:

@@ -1,10 +1,10 @@
-"""The main job in-process: per run, one DuckDB pass over its cases file streams staged
-cases in batches → per batch (rankings, cases, case metrics, partial sums) → finish
+"""The main job in-process: per run, one streaming read of its cases file hands staged
+cases over in batches → per batch (rankings, cases, case metrics, partial sums) → finish
 (aggregates, runs row); then one catalog commit, then the report.
 
 Each step is one function of transforms/ (or one model of sql/); flows/prefect_flows.py
-runs the same steps as Prefect tasks, with the staged cases written as hash partitions so
-that each partition can be its own task.
+runs the same steps as Prefect tasks, with each batch of staged cases written as a Parquet
+partition so that each partition can be its own task.
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import duckdb
 import polars as pl
 
 from flows import config
-from flows.chart_process import ChartProcess
 from flows.progress import Progress
 from flows.warehouse import Warehouse
 from transforms import engine
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.baseline import baseline_reference, read_snapshot
 from transforms.case_metrics import case_metrics, cutoffs
-from transforms.charts import chart_files
+from transforms.charts import write_charts
 from transforms.errors import InputError, Reject, RejectedRecords
 from transforms.ingest import (
     StagedRun,
-    digest_beside,
+    Stop,
+    Streamed,
+    facts_beside,
     ingest,
-    partition_count,
     repeated_case_ids,
     stage_partitions,
     stream_staged,
@@ -40,7 +40,7 @@ from transforms.ingest import (
 from transforms.kb_check import effective_gold_not_in_kb, load_kb
 from transforms.manifest import Manifest, find_run_dirs, load_manifest
 from transforms.rankings import case_rows, retrieved_items
-from transforms.report import Report, RunReport, build_report, run_reports
+from transforms.report import Report, build_report, run_reports
 from transforms.report_render import render_html, render_markdown
 from transforms.run_summary import evaluation_key, run_summary
 
@@ -54,7 +54,7 @@ class EvaluationOptions:
     k: int | None = None
     ks: tuple[int, ...] = ()
     allow_rejects: bool = False
-    partitions: int | None = None  # per run; None: by the size of its cases file
+    partition_items: int | None = None  # retrieved items per batch and partition; None: BATCH_ITEMS
 
 
 @dataclass(frozen=True)
@@ -110,46 +110,42 @@ def _ingest_run(
     txn: str,
     options: EvaluationOptions,
     committed: Committed,
-    fast_pass: Callable[[duckdb.DuckDBPyConnection, Path, int], T | None],
-) -> tuple[str, tuple[T | None, list[Reject]] | None, dict[str, list[Path]]]:
-    """One run's ingest, either way: `fast_pass(con, path, object_limit)` over its cases file
-    (with the line-by-line fallback of transforms/ingest.py), its digest computed beside it.
-    Returns (digest, (result, rejects) or None when the committed run is reused, the
-    committed parts)."""
+    fast_pass: Callable[[Path, int, Stop], Streamed[T] | None],
+) -> tuple[str, tuple[Streamed[T] | None, list[Reject]] | None, dict[str, list[Path]]]:
+    """One run's ingest, either way: `fast_pass(path, block_bytes, stop)` over its cases
+    file (with the line-by-line fallback of transforms/ingest.py), its digest computed
+    beside it. Returns (digest, (result, rejects) or None when the committed run is reused,
+    the committed parts)."""
     scratch = warehouse.scratch_dir(txn, manifest.run_id)
     reusable, committed_parts = _reusable(manifest, options, committed)
-    con = engine.connect(spill_dir=scratch)
-    try:
-        digest, outcome = digest_beside(
-            manifest,
-            warehouse.digest_cache(manifest.run_id),
-            con,
-            lambda: ingest(
-                manifest.cases_file,
-                scratch,
-                str(manifest.cases_file),
-                options.allow_rejects,
-                lambda path, limit: fast_pass(con, path, limit),
-            ),
-            reusable,
-        )
-    finally:
-        con.close()
+    digest, outcome = facts_beside(
+        manifest,
+        warehouse.digest_cache(manifest.run_id),
+        lambda facts, stop: ingest(
+            manifest.cases_file,
+            scratch,
+            str(manifest.cases_file),
+            options.allow_rejects,
+            lambda path, block_bytes: fast_pass(path, block_bytes, stop),
+            facts,
+        ),
+        reusable,
+    )
     return digest, outcome, committed_parts
 
 
 def stage_run(manifest: Manifest, warehouse: Warehouse, txn: str, options: EvaluationOptions) -> StagedRun:
     """The scale-out ingest: validate one run's cases file and write its staged cases as
-    Parquet partitions by a stable hash of case_id (one task per partition follows)."""
+    Parquet partitions of about `options.partition_items` retrieved items (one task per
+    partition follows)."""
     staged_dir = warehouse.scratch_dir(txn, manifest.run_id) / "staged"
-    n_partitions = options.partitions or partition_count(manifest.cases_file)
     digest, outcome, committed_parts = _ingest_run(
         manifest,
         warehouse,
         txn,
         options,
         warehouse.committed(manifest.run_id),
-        lambda con, path, limit: stage_partitions(con, path, staged_dir, n_partitions, limit),
+        lambda path, block_bytes, stop: stage_partitions(path, staged_dir, block_bytes, stop, options.partition_items),
     )
     if outcome is None:
         return StagedRun(manifest.run_id, [], 0, digest, reused=committed_parts)
@@ -241,12 +237,14 @@ def reused_run(staged: StagedRun) -> RunParts:
 def checked_stream(
     con: duckdb.DuckDBPyConnection,
     path: Path,
-    object_limit: int,
+    block_bytes: int,
+    stop: Stop,
     evaluate_batch: Callable[[pl.DataFrame, int], PartitionParts],
-) -> tuple[list[PartitionParts], int] | None:
+    batch_items: int | None = None,
+) -> Streamed[list[PartitionParts]] | None:
     """The in-process fast pass over `path`: its batches evaluated, or None when a record
     breaks a rule or a case_id repeats (the line-by-line pass then names them)."""
-    streamed = stream_staged(con, path, object_limit, evaluate_batch)
+    streamed = stream_staged(path, block_bytes, evaluate_batch, stop, batch_items)
     if streamed is None or repeated_case_ids(con, [parts.cases for parts in streamed[0]]):
         return None
     return streamed
@@ -260,7 +258,7 @@ def evaluate_run(
     committed: Committed,
     progress: Progress | None = None,
 ) -> RunParts:
-    """Every step of one run, in this process: one DuckDB pass streams the staged cases to
+    """Every step of one run, in this process: one streaming read hands the staged cases to
     Polars in batches; nothing is staged on disk. `committed` is what the warehouse holds
     of the run."""
     run_id = manifest.run_id
@@ -280,7 +278,9 @@ def evaluate_run(
             txn,
             options,
             committed,
-            lambda con, path, limit: checked_stream(con, path, limit, evaluate_batch),
+            lambda path, block_bytes, stop: checked_stream(
+                metrics_con, path, block_bytes, stop, evaluate_batch, options.partition_items
+            ),
         )
     finally:
         metrics_con.close()
@@ -329,16 +329,9 @@ def evaluate(options: EvaluationOptions) -> list[str]:
     return [result.run_id for result in results]
 
 
-def read_report(
-    warehouse: Warehouse,
-    run_ids: list[str],
-    kb: Path | None = None,
-    on_runs: Callable[[list[RunReport]], None] | None = None,
-) -> Report:
+def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None) -> Report:
     """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
-    ids that are not cards of the knowledge base are counted in each run's warnings.
-    `on_runs` gets the runs and their figures as soon as they are read (the charts need no
-    more), before the per-case diagnostics are."""
+    ids that are not cards of the knowledge base are counted in each run's warnings."""
     params = {"ids": run_ids}
     check_kb = kb is not None and kb.is_file()
     with warehouse.connect() as con:
@@ -349,8 +342,6 @@ def read_report(
             "select * from aggregates where list_contains($ids, run_id)", params=params
         ).pl()
         shown = run_reports(runs, aggregates)
-        if on_runs is not None:
-            on_runs(shown)
         # The diagnostics read each run's headline k only: a k sweep does not grow the report.
         case_metrics = con.sql(
             "select case_metrics.* from case_metrics join runs using (run_id) "
@@ -361,41 +352,14 @@ def read_report(
     return build_report(runs, shown, case_metrics, unknown_gold)
 
 
-def write_report(
-    report: Report,
-    report_dir: Path,
-    charts: bool = True,
-    baseline: Path | None = None,
-    chart_process: ChartProcess | None = None,
-) -> Report:
+def write_report(report: Report, report_dir: Path, charts: bool = True, baseline: Path | None = None) -> Report:
     """report.md and report.html with their charts in `report_dir`; returns the report
-    with chart names set. A baseline snapshot adds its figures to the trend chart. With a
-    `chart_process`, the charts are drawn there (see flows/chart_process.py), and may have
-    been started already (`start_charts`)."""
+    with chart names set. A baseline snapshot adds its figures to the trend chart."""
     report_dir.mkdir(parents=True, exist_ok=True)
     if charts:
-        if chart_process is None:
-            from transforms.charts import write_charts
-
-            names = write_charts(report.runs, report_dir, chart_reference(baseline))
-        else:
-            if not chart_process.started:
-                start_charts(chart_process, report.runs, report_dir, baseline)
-            names = chart_files(report.runs)
-        report = replace(report, charts=names)
+        reference = baseline_reference(read_snapshot(baseline)) if baseline else None
+        report = replace(report, charts=write_charts(report.runs, report_dir, reference))
     (report_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    if chart_process is not None and charts:
-        chart_process.wait()
     images = {name: (report_dir / name).read_bytes() for name in report.charts.values()}
     (report_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
     return report
-
-
-def chart_reference(baseline: Path | None) -> dict[str, float] | None:
-    return baseline_reference(read_snapshot(baseline)) if baseline else None
-
-
-def start_charts(chart_process: ChartProcess, runs: list[RunReport], report_dir: Path, baseline: Path | None) -> None:
-    """Have `chart_process` begin drawing the charts of `runs` into `report_dir`."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    chart_process.start(runs, report_dir, chart_reference(baseline))

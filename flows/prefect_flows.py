@@ -217,13 +217,14 @@ def evaluate_flow(
     min_hit: float | None = None,
     min_recall: float | None = None,
     charts: bool = True,
-    partitions: int | None = None,
+    partition_items: int | None = None,
 ) -> FlowOutcome:
     """Evaluate every run under `runs`, commit them together, write the report, gate the latest."""
     manifests = load_manifests(Path(runs))  # every manifest is checked before anything is written
     store = Warehouse(Path(warehouse))
     options = EvaluationOptions(
-        warehouse=Path(warehouse), k=k, ks=tuple(ks or ()), allow_rejects=allow_rejects, partitions=partitions
+        warehouse=Path(warehouse), k=k, ks=tuple(ks or ()), allow_rejects=allow_rejects,
+        partition_items=partition_items,
     )
     with store.writing():
         txn = store.new_txn()
@@ -367,7 +368,7 @@ def flow_parameters(options: EvaluationOptions, gate: GateSettings, charts: bool
         "min_hit": gate.floors.get("hit_at_k"),
         "min_recall": gate.floors.get("recall_at_k"),
         "charts": charts,
-        "partitions": options.partitions,
+        "partition_items": options.partition_items,
     }
 
 

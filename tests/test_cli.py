@@ -42,9 +42,9 @@ def test_run_with_defaults_prints_the_report_and_writes_the_catalog(sample_run):
     assert (root / "data" / "warehouse" / "catalog.duckdb").exists()
     report = (root / "data" / "reports" / "report.md").read_text()
     assert "| slice | hit@4 (95% CI) |" in report and "indicative" in report
-    for chart in ("sweep.png", "trend.png", "locales.png", "categories.png"):
-        assert (root / "data" / "reports" / chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert f"]({chart})" in report or chart in ("locales.png", "categories.png")
+    for chart in ("trend.svg", "locales.svg", "categories.svg"):
+        assert (root / "data" / "reports" / chart).read_text().startswith("<?xml")
+        assert f"]({chart})" in report
 
 
 def test_query_json_is_an_array_of_row_objects(sample_run):

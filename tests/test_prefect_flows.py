@@ -90,8 +90,9 @@ def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thre
     options, _ = tracked_thread_run
     in_process = sample_options(tmp_path, name="in-process")
     evaluate(in_process)
-    # On Dask, each run is also split into 3 partitions by a hash of case_id.
-    dask = replace(sample_options(tmp_path, name="dask"), partitions=3)
+    # On Dask, each run (about 1,520 retrieved items) is also split into 3 partitions of
+    # at most 600 items.
+    dask = replace(sample_options(tmp_path, name="dask"), partition_items=600)
     outcome = prefect_flows.run_tracked(dask, task_runner="dask", charts=False)
     assert outcome.run_ids == RUN_IDS
     with duckdb.connect(str(dask.warehouse / "catalog.duckdb"), read_only=True) as con:

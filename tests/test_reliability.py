@@ -181,7 +181,7 @@ def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
 
     with monkeypatch.context() as patched:  # same size and mtime: not even hashed or opened
         patched.setattr(pipeline, "stream_staged", must_not_read)
-        patched.setattr(ingest, "artifact_digest", must_not_read)
+        patched.setattr(ingest, "file_facts", must_not_read)
         evaluate(options)
     assert warehouse.committed("run-a")[1] == first_parts  # the same files, kept
 
@@ -213,7 +213,6 @@ def test_a_run_read_in_many_batches_equals_one_batch_and_repeats_across_batches_
     write_run(tmp_path / "runs", "run-a", lines=lines)
     whole = EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "one")
     evaluate(whole)
-    monkeypatch.setattr(ingest, "READ_BATCH_ROWS", 4)
     monkeypatch.setattr(ingest, "BATCH_ITEMS", 50)  # 8 items a case: 8 cases a batch
     batched = replace(whole, warehouse=tmp_path / "many")
     evaluate(batched)
@@ -313,4 +312,4 @@ def test_the_digest_cache_is_checked_by_inode_and_ctime_and_survives_being_cut_s
     cache = tmp_path / "wh" / ".digests" / "run-a.json"
     cache.write_text(cache.read_text()[:40])
     evaluate(options)
-    assert json.loads(cache.read_text())["digest"].startswith("blake3:")
+    assert json.loads(cache.read_text())["facts"]["digest"].startswith("blake3:")

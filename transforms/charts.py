@@ -1,6 +1,11 @@
-"""Charts of the report (PNG): metric against k, headline trend across runs, and hit@k
-per locale and per category with 95% intervals. matplotlib is imported only here, so a
-run that renders no chart never pays for it."""
+"""Charts of the report (SVG, drawn by pygal): metric against k, headline trend across
+runs, and hit@k per locale and per category with 95% intervals.
+
+SVG renders in a markdown viewer and inline in report.html, and costs milliseconds: pygal
+imports in 0.05 s and draws the sample's charts in 0.02 s, where a raster plotting stack
+spent about a CPU-second of every run. The charts load no script (`js=[]`: pygal's
+tooltips are left out), so nothing is fetched when they are opened.
+"""
 
 from __future__ import annotations
 
@@ -12,17 +17,9 @@ from transforms.report import RunReport
 
 SWEEP_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
 TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k (lower bound)", "ndcg_at_k": "nDCG@k"}
-
-
-def warm_up() -> None:
-    """Import the plotting stack and load its fonts by drawing a tiny figure, so that the
-    next charts cost their drawing only (flows/chart_process.py does this ahead of time)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(1, 1))
-    figure.subplots().set_title("warm-up")
-    FigureCanvasAgg(figure).draw()
+WIDTH, HEIGHT = 900, 380
+# Colour-blind-safe (Okabe–Ito); the trend repeats the metrics' colours for their baselines.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
 
 
 def chart_files(runs: list[RunReport]) -> dict[str, str]:
@@ -30,98 +27,113 @@ def chart_files(runs: list[RunReport]) -> dict[str, str]:
     if not runs:
         return {}
     names = ["sweep"] if any(len(run.ks) > 1 for run in runs) else []  # a curve needs a sweep (--ks)
-    return {name: f"{name}.png" for name in [*names, "trend", "locales", "categories"]}
+    return {name: f"{name}.svg" for name in [*names, "trend", "locales", "categories"]}
 
 
 def write_charts(runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
     """Write every chart of the report's runs into `out_dir`; returns chart name → file name."""
     files = chart_files(runs)
-    if not files:
-        return {}
-    # The object-oriented API without pyplot: no GUI backend, no global figure state.
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure
-
-    palette = colormaps["tab10"]
-    colours = {run.run_id: palette(i % 10) for i, run in enumerate(runs)}
-    if "sweep" in files:
-        _sweep(Figure, runs, colours, out_dir / files["sweep"])
-    _trend(Figure, runs, out_dir / files["trend"], baseline or {})
-    _slices(Figure, runs, colours, "locale", out_dir / files["locales"])
-    _slices(Figure, runs, colours, "category", out_dir / files["categories"])
+    charts = {
+        "sweep": lambda: _sweep(runs),
+        "trend": lambda: _trend(runs, baseline or {}),
+        "locales": lambda: _slices(runs, "locale"),
+        "categories": lambda: _slices(runs, "category"),
+    }
+    for name, file_name in files.items():
+        (out_dir / file_name).write_bytes(charts[name]().render())
     return files
 
 
-def _sweep(Figure, runs: list[RunReport], colours, path: Path) -> Path:
-    from matplotlib.ticker import MaxNLocator
+def _config(title: str, colours: tuple[str, ...] = PALETTE, **more):
+    import pygal
+    from pygal.style import Style
 
-    fig = Figure(figsize=(12, 3.6))
-    # Fixed margins: a layout engine would cost more than drawing the chart.
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.91, wspace=0.06)
-    axes = fig.subplots(1, 3, sharey=True)
-    for ax, metric in zip(axes, SWEEP_METRICS, strict=True):
-        for run in runs:
-            rows = run.sweep.filter(pl.col("metric") == metric).sort("k")
-            ax.plot(rows["k"], rows["mean"], marker="o", ms=3, color=colours[run.run_id], label=run.run_id)
-            at_headline = rows.filter(pl.col("k") == run.headline_k)
-            if at_headline.height:
-                ax.plot(at_headline["k"], at_headline["mean"], marker="*", ms=12, color=colours[run.run_id])
-        ax.set_title(TITLES[metric])
-        ax.set_xlabel("k (★ headline)")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_ylim(0, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="lower right")
-    return _save(fig, path)
-
-
-def _trend(Figure, runs: list[RunReport], path: Path, baseline: dict[str, float]) -> Path:
-    fig = Figure(figsize=(8, 3.6))
-    fig.subplots_adjust(left=0.08, right=0.97, bottom=0.3, top=0.9)
-    ax = fig.subplots()
-    labels = [run.run_id for run in runs]
-    for metric, style in zip(SWEEP_METRICS, ("-o", "-s", "-^"), strict=True):
-        values = [(run.figure(metric) or {}).get("mean") for run in runs]
-        line = ax.plot(range(len(labels)), values, style, label=TITLES[metric])[0]
-        if metric in baseline:
-            ax.axhline(baseline[metric], color=line.get_color(), ls="--", lw=1, alpha=0.7)
-    ax.set_xticks(range(len(labels)), labels, rotation=15, ha="right", fontsize=7)
-    ax.set_ylim(0, 1.02)
-    ax.set_title("Headline figures by run (oldest first" + (", dashed: baseline)" if baseline else ")"))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-def _slices(Figure, runs: list[RunReport], colours, slice_: str, path: Path) -> Path:
-    values = sorted(
-        {v for run in runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]}
+    return pygal.Config(
+        title=title,
+        style=Style(
+            background="white",
+            plot_background="white",
+            colors=colours,
+            font_family="DejaVu Sans, Helvetica, Arial, sans-serif",
+            guide_stroke_dasharray="2,6",
+            major_guide_stroke_dasharray="2,6",
+            legend_font_size=12,
+        ),
+        legend_at_bottom_columns=3,
+        width=WIDTH,
+        height=HEIGHT,
+        explicit_size=True,
+        js=[],
+        range=(0, 1),
+        legend_at_bottom=True,
+        truncate_legend=-1,
+        truncate_label=-1,
+        value_formatter=lambda v: f"{v:.3f}",
+        **more,
     )
-    fig = Figure(figsize=(max(6, 1.6 * len(values) * max(1, len(runs)) / 2), 3.8))
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.1, top=0.9)
-    ax = fig.subplots()
-    width = 0.8 / max(1, len(runs))
-    for i, run in enumerate(runs):
+
+
+def _sweep(runs: list[RunReport]):
+    """Each run's hit, recall and nDCG against k (slice all); the headline k's dot is larger."""
+    import pygal
+
+    chart = pygal.XY(_config("hit, recall and nDCG against k (large dot: headline k)", x_title="k", dots_size=2))
+    for run in runs:
+        for metric in SWEEP_METRICS:
+            rows = run.sweep.filter(pl.col("metric") == metric).sort("k")
+            points = [
+                {"value": (k, mean), "node": {"r": 5 if k == run.headline_k else 2}}
+                for k, mean in zip(rows["k"], rows["mean"], strict=True)
+            ]
+            chart.add(f"{run.run_id} · {TITLES[metric]}", points)
+    return chart
+
+
+def _trend(runs: list[RunReport], baseline: dict[str, float]):
+    """The headline figures of each run, oldest first; a baseline is a dashed level line."""
+    import pygal
+
+    title = "Headline figures by run (oldest first" + (", dashed: baseline)" if baseline else ")")
+    chart = pygal.Line(_config(title, PALETTE[:3] * 2, x_label_rotation=10, stroke_style={"width": 2}))
+    chart.x_labels = [run.run_id for run in runs]
+    for metric in SWEEP_METRICS:
+        chart.add(TITLES[metric], [(run.figure(metric) or {}).get("mean") for run in runs])
+    for metric in SWEEP_METRICS:
+        if metric in baseline:
+            chart.add(
+                f"baseline {TITLES[metric]}",
+                [baseline[metric]] * len(runs),
+                show_dots=False,
+                stroke_style={"dasharray": "6, 4", "width": 1.5},
+            )
+    return chart
+
+
+def _slices(runs: list[RunReport], slice_: str):
+    """hit@k per slice value at each run's headline k, with its 95% interval and n."""
+    import pygal
+
+    values = sorted({v for run in runs for v in run.headline.filter(pl.col("slice") == slice_)["slice_value"]})
+    chart = pygal.Bar(_config(f"hit@k per {slice_} at each run's headline k (95% CI; n on each bar)", print_labels=True))
+    chart.x_labels = values
+    for run in runs:
         rows = {
             r["slice_value"]: r
-            for r in run.headline.filter((pl.col("slice") == slice_) & (pl.col("metric") == "hit_at_k")).iter_rows(named=True)
+            for r in run.headline.filter(
+                (pl.col("slice") == slice_) & (pl.col("metric") == "hit_at_k")
+            ).iter_rows(named=True)
         }
-        xs = [j + i * width for j, v in enumerate(values) if v in rows]
-        got = [rows[v] for v in values if v in rows]
-        means = [r["mean"] for r in got]
-        errors = [[r["mean"] - r["ci_low"] for r in got], [r["ci_high"] - r["mean"] for r in got]]
-        ax.bar(xs, means, width, yerr=errors, capsize=2, color=colours[run.run_id], label=run.run_id)
-        for x, r in zip(xs, got, strict=True):
-            ax.text(x, 0.02, f"n={r['n']}", rotation=90, ha="center", va="bottom", fontsize=6, color="white")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(values))], values)
-    ax.set_ylim(0, 1.3)  # headroom for the legend above the bars
-    ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    ax.set_title(f"hit@k per {slice_} at each run's headline k (95% CI)")
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper center", ncol=2)
-    return _save(fig, path)
-
-
-def _save(fig, path: Path) -> Path:
-    fig.savefig(path, dpi=90)
-    return path
+        chart.add(
+            run.run_id,
+            [
+                {
+                    "value": rows[v]["mean"],
+                    "ci": {"low": rows[v]["ci_low"], "high": rows[v]["ci_high"]},
+                    "label": f"n={rows[v]['n']}",
+                }
+                if v in rows
+                else None
+                for v in values
+            ],
+        )
+    return chart

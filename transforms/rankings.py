@@ -1,8 +1,8 @@
 """Card-level rankings of staged cases (SPEC 2.1–2.3), in Polars.
 
-The staged cases carry each case's retrieved items as parallel lists in rank order
-(sql/staged_cases.sql). Here they become one row per retrieved item with its card, and
-each card's first occurrence gets its rank among distinct cards.
+The staged cases carry each case's retrieved items as a list in rank order
+(transforms/ingest.py `stage`). Here they become one row per retrieved item with its card,
+and each card's first occurrence gets its rank among distinct cards.
 
 Chosen over DuckDB SQL for this step by measurement and by cost growth: first-occurrence
 de-duplication of 2M retrieved items is a hash per case here (about 0.1 s), where the
@@ -18,7 +18,6 @@ CASES_COLUMNS = [
     "run_id", "case_id", "locale", "category", "n_gold", "n_retrieved", "n_cards",
     "gold_source", "gold", "relevant_ranks",
 ]
-ITEM_LISTS = {"chunk_ids": "chunk_id", "parent_ids": "parent_id", "scores": "score"}
 
 
 def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
@@ -33,12 +32,12 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
         staged.select(
             pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"),
             "case_id",
-            *ITEM_LISTS,
-            pl.int_ranges(1, pl.col("chunk_ids").list.len() + 1, dtype=pl.Int32).alias("rank"),
+            pl.int_ranges(1, pl.col("retrieved_context").list.len() + 1, dtype=pl.Int32).alias("rank"),
+            "retrieved_context",
         )
-        .explode(*ITEM_LISTS, "rank")
-        .drop_nulls("rank")
-        .rename(ITEM_LISTS)
+        .explode("rank", "retrieved_context", empty_as_null=False)  # an empty list: no row
+        .unnest("retrieved_context")
+        .rename({"id": "chunk_id"})
     )
     card = (
         pl.when(pl.col("parent_id").is_not_null() & (pl.col("parent_id") != ""))
@@ -91,7 +90,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.
             "locale",
             "category",
             pl.col("gold").list.len().cast(pl.Int64).alias("n_gold"),
-            pl.col("chunk_ids").list.len().cast(pl.Int64).alias("n_retrieved"),
+            pl.col("retrieved_context").list.len().cast(pl.Int64).alias("n_retrieved"),
             pl.col("n_cards").fill_null(0),
             "gold_source",
             "gold",

@@ -286,7 +286,7 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
             parts.append(_html_table(block.table))
         elif block.kind == "image" and block.image in images:
             data = base64.b64encode(images[block.image]).decode("ascii")
-            parts.append(f'<p><img alt="{escape(block.text)}" src="data:image/png;base64,{data}"></p>')
+            parts.append(f'<p><img alt="{escape(block.text)}" src="data:image/svg+xml;base64,{data}"></p>')
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
