@@ -48,6 +48,13 @@ BAD_LINES = {
     "infinite_score": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "score": 1e999}]}', "score must be finite"),
     "numeric_parent_id": (json.dumps(case("x", [{"id": "A::00", "parent_id": 7}], ["A"])), "parent_id must be a string"),
     "repeated_case_id": (good_line("good"), "case_id 'good' repeats line 1"),
+    # What Arrow's reader refuses beyond the types is a rule of the line-by-line pass too.
+    "case_id_written_twice": ('{"case_id": "x", "case_id": "y", "locale": "en", "category": "g"}', "field case_id is written twice"),
+    "item_id_written_twice": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "id": "B"}]}',
+                              "retrieved_context[0]: field id is written twice"),
+    "lone_surrogate_in_text": ('{"case_id": "x", "locale": "en", "category": "g", "answer": "\\ud800"}', "unpaired UTF-16 surrogate"),
+    # One record per line: Arrow's reader would take these as records; the rules do not.
+    "two_records_on_a_line": (GOOD.replace('"good"', '"x"') + " " + GOOD.replace('"good"', '"y"'), "not valid JSON (Extra data"),
 }
 
 
@@ -77,6 +84,30 @@ def test_allow_rejects_loads_the_valid_records(tmp_path, name):
         rejects = con.table("rejects").pl()
     assert sorted(cases["case_id"].to_list()) == ["good", "other"]
     assert runs["n_rejected"].to_list() == [1] and rejects["line"].to_list() == [2]
+
+
+def test_a_record_split_over_two_lines_is_two_rejected_lines(tmp_path):
+    # Arrow's reader would join them into one record; each line is judged on its own.
+    wh = run_lines(tmp_path, [GOOD, '{"case_id": "x",', '"locale": "en", "category": "g"}'], allow_rejects=True)
+    with wh.connect() as con:
+        assert [line for (line,) in con.execute("select line from rejects order by line").fetchall()] == [2, 3]
+        assert con.table("cases").pl()["case_id"].to_list() == ["good"]
+
+
+def test_a_file_opening_with_null_is_rejected_not_a_crash(tmp_path):
+    # pyarrow 26's JSON reader crashes the process on a first value of null: it is never given one.
+    wh = run_lines(tmp_path, ["null", GOOD], allow_rejects=True)
+    with wh.connect() as con:
+        assert con.execute("select line, reason from rejects").fetchall() == [(1, "record is a JSON null, not an object")]
+        assert con.table("cases").pl()["case_id"].to_list() == ["good"]
+
+
+def test_a_run_whose_every_record_is_rejected_loads_empty_tables(tmp_path):
+    wh = run_lines(tmp_path, ["[1]", '{"case_id": 5}'], allow_rejects=True)
+    with wh.connect() as con:
+        assert con.execute("select n_cases, n_rejected from runs").fetchall() == [(0, 2)]
+        for table in ("cases", "retrieved", "case_metrics", "aggregates"):  # every view exists, empty
+            assert con.table(table).pl().height == 0, table
 
 
 def test_blank_lines_are_skipped_not_rejected(tmp_path):
