@@ -9,6 +9,7 @@ partition so that each partition can be its own task.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +29,6 @@ from transforms.charts import write_charts
 from transforms.errors import InputError, Reject, RejectedRecords
 from transforms.ingest import (
     StagedRun,
-    Stop,
     Streamed,
     facts_beside,
     ingest,
@@ -110,7 +110,7 @@ def _ingest_run(
     txn: str,
     options: EvaluationOptions,
     committed: Committed,
-    fast_pass: Callable[[Path, int, Stop], Streamed[T] | None],
+    fast_pass: Callable[[Path, int, threading.Event], Streamed[T] | None],
 ) -> tuple[str, tuple[Streamed[T] | None, list[Reject]] | None, dict[str, list[Path]]]:
     """One run's ingest, either way: `fast_pass(path, block_bytes, stop)` over its cases
     file (with the line-by-line fallback of transforms/ingest.py), its digest computed
@@ -238,7 +238,7 @@ def checked_stream(
     con: duckdb.DuckDBPyConnection,
     path: Path,
     block_bytes: int,
-    stop: Stop,
+    stop: threading.Event,
     evaluate_batch: Callable[[pl.DataFrame, int], PartitionParts],
     batch_items: int | None = None,
 ) -> Streamed[list[PartitionParts]] | None:

@@ -153,9 +153,9 @@ def test_unwritable_warehouse_is_a_clear_message_and_nothing_is_written(tmp_path
     assert "cannot write the warehouse" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_a_long_record_past_duckdbs_buffer_but_under_the_limit_loads(tmp_path):
-    # About 40 MiB: DuckDB's first read refuses it (32 MiB buffer), the line-by-line pass
-    # accepts it (64 MiB limit) and the clean copy loads.
+def test_a_long_record_past_the_readers_block_but_under_the_limit_loads(tmp_path):
+    # About 40 MiB: the first read refuses it (it straddles 1 MiB blocks), the line-by-line
+    # pass accepts it (64 MiB limit) and the clean copy loads, read in longer blocks.
     good = json.dumps(case("good", [chunk("A::00", "A")], ["A"]))
     long = json.dumps(case("long", [chunk("A::00", "A")], ["A"], answer="x" * (40 * 1024 * 1024)))
     write_run(tmp_path / "runs", "run-a", lines=[good, long])

@@ -26,7 +26,8 @@ RECORD_FIELDS = frozenset((*REQUIRED_TEXT_FIELDS, *GOLD_FIELDS, "retrieved_conte
 ITEM_FIELDS = frozenset(("id", "parent_id", "score"))
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The record-size limit: a longer line is rejected by its line number (and only its first
-# KiB kept in `rejects`), never read whole. Above DuckDB's own limit on purpose (see ingest).
+# KiB kept in `rejects`), never read whole. The clean copy of the valid lines is then read
+# with Arrow blocks as long as its longest line (see ingest).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
