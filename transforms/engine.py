@@ -3,9 +3,9 @@ worker, and Parquet files written so that a failed write says why."""
 
 from __future__ import annotations
 
-import io
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 import duckdb
 import polars as pl
@@ -34,11 +34,35 @@ def connect(spill_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
+class _Sink:
+    """A file that keeps the OSError its last write raised: Polars reports a failed write as
+    a ComputeError whose text is all that is left of the OS error."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self.out = out
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.out.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
 def write_parquet(frame: pl.DataFrame, path: Path, compression: str = "zstd", statistics: bool = True) -> None:
-    """Write `frame` to `path`. Polars reports a failed file write as a ComputeError that
-    can lose the OS error (a full disk can read "Invalid thrift: transport error"), so the
-    bytes are made in memory and written by Python, which raises the OSError itself."""
-    buffer = io.BytesIO()
-    frame.write_parquet(buffer, compression=compression, statistics=statistics)
+    """Write `frame` to `path`; a failed write (a full disk) raises the OSError itself.
+    Polars writes through a Python file object here: buffering the whole file in memory
+    first (the earlier way to keep the OSError) cost 0.1 CPU-s per million retrieved items
+    in fresh pages and copies."""
     with open(path, "wb") as out:
-        out.write(buffer.getbuffer())
+        sink = _Sink(out)
+        try:
+            frame.write_parquet(sink, compression=compression, statistics=statistics)
+        except pl.exceptions.ComputeError:
+            if sink.error is not None:
+                raise sink.error from None
+            raise
