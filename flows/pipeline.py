@@ -180,7 +180,9 @@ def evaluate_partition(
         partials=warehouse.scratch_dir(txn, run_id) / f"partials-{index:03d}.parquet",
     )
     retrieved = retrieved_items(staged, run_id)
-    engine.write_parquet(retrieved.drop("case_no"), parts.retrieved, compression="lz4", statistics=False)
+    engine.write_parquet(
+        retrieved.drop("case_no"), parts.retrieved, compression="lz4", statistics=False, dictionary=["run_id", "case_id"]
+    )
     cases = case_rows(staged, retrieved, run_id)
     engine.write_parquet(cases, parts.cases, compression="lz4")
     metrics = case_metrics(cases, ks, con)

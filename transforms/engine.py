@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import BinaryIO
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 
 # Caps for one worker; a Dask worker sets these to its own share of the machine.
 THREADS_ENV = "RETRIEVAL_EVAL_THREADS"
@@ -34,35 +34,27 @@ def connect(spill_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
-class _Sink:
-    """A file that keeps the OSError its last write raised: Polars reports a failed write as
-    a ComputeError whose text is all that is left of the OS error."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out = out
-        self.error: OSError | None = None
-
-    def write(self, data: bytes) -> int:
-        try:
-            return self.out.write(data)
-        except OSError as error:
-            self.error = error
-            raise
-
-    def flush(self) -> None:
-        self.out.flush()
-
-
-def write_parquet(frame: pl.DataFrame, path: Path, compression: str = "zstd", statistics: bool = True) -> None:
-    """Write `frame` to `path`; a failed write (a full disk) raises the OSError itself.
-    Polars writes through a Python file object here: buffering the whole file in memory
-    first (the earlier way to keep the OSError) cost 0.1 CPU-s per million retrieved items
-    in fresh pages and copies."""
-    with open(path, "wb") as out:
-        sink = _Sink(out)
-        try:
-            frame.write_parquet(sink, compression=compression, statistics=statistics)
-        except pl.exceptions.ComputeError:
-            if sink.error is not None:
-                raise sink.error from None
-            raise
+def write_parquet(
+    frame: pl.DataFrame,
+    path: Path,
+    compression: str = "zstd",
+    statistics: bool = True,
+    dictionary: bool | list[str] = True,
+) -> None:
+    """Write `frame` to `path` with Arrow's Parquet writer; a failed write (a full disk)
+    raises the OSError itself. `dictionary` names the columns worth dictionary-encoding
+    (all by default): for the `retrieved` table, only its repeated ids. Measured against
+    Polars' writer on the 2M-row `retrieved` table of 100k cases: 0.36 vs 0.50 CPU-s (Polars
+    tries a dictionary for every string column, and reported a full disk as a ComputeError
+    that had lost the OSError)."""
+    # Polars' own string layout (Arrow string views) goes to the writer as it is (the
+    # conversion to large strings copied every string), except under a list or struct,
+    # where Arrow's Parquet writer refuses views (pyarrow 26: "Slicing not implemented").
+    nested = any(dtype.is_nested() for dtype in frame.dtypes)
+    pq.write_table(
+        frame.to_arrow(compat_level=pl.CompatLevel.oldest() if nested else pl.CompatLevel.newest()),
+        path,
+        compression=compression,
+        write_statistics=statistics,
+        use_dictionary=dictionary,
+    )
