@@ -137,10 +137,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         outcome = run_tracked(run_options(args), args.task_runner, args.dask_address, GateSettings(args.baseline))
         report = read_report(Warehouse(args.warehouse), outcome.run_ids, args.kb)  # the flow wrote report.md
     else:
-        from flows.pipeline import evaluate, read_report, write_report
-        from flows.warehouse import Warehouse
+        from transforms.case_file import reading_ahead
+        from transforms.manifest import first_cases_file
 
-        run_ids = evaluate(run_options(args))
+        # The first run's file is parsed while Polars and DuckDB are imported.
+        with reading_ahead(first_cases_file(args.runs)):
+            from flows.pipeline import evaluate, read_report, write_report
+            from flows.warehouse import Warehouse
+
+            run_ids = evaluate(run_options(args))
         report = read_report(Warehouse(args.warehouse), run_ids, args.kb)
         report = write_report(report, args.report_dir, baseline=args.baseline)
     from transforms.report_render import render_json, render_terminal

@@ -25,6 +25,7 @@ from flows.warehouse import Warehouse
 from transforms import engine
 from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.baseline import baseline_reference, read_snapshot
+from transforms.case_file import discard
 from transforms.case_metrics import case_metrics, cutoffs
 from transforms.charts import write_charts
 from transforms.errors import InputError, Reject, RejectedRecords
@@ -132,6 +133,8 @@ def _ingest_run(
         ),
         reusable,
     )
+    if outcome is None:  # reused: a read of the file started ahead of the run is not needed
+        discard(manifest.cases_file)
     return digest, outcome, committed_parts
 
 

@@ -1,7 +1,7 @@
 """Ingest: one run's cases file → staged cases, and the account of its records.
 
 The fast path is one streaming read with Arrow's JSON reader and the schema of the fields
-the metrics need (`CASES_SCHEMA`). That reader is strict about types — a number where a
+the metrics need (transforms/case_file.py). That reader is strict about types — a number where a
 string belongs, a string for a score, a repeated key, malformed JSON: each stops it — and
 what it cannot see (nulls, empty strings, non-finite scores) is checked in Polars on each
 batch (`stage`). Chunk text and answers are parsed but never converted. In-process, the
@@ -15,7 +15,6 @@ the same pass (`ingest`).
 from __future__ import annotations
 
 import json
-import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,39 +26,18 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.json as pa_json
 from blake3 import blake3
 
 from transforms import engine
+from transforms.case_file import BLOCK_BYTES, NotClean, batches
 from transforms.errors import InputError, Reject
 from transforms.manifest import Manifest
 from transforms.records import open_text_lines, split_records
 
-# SPEC 3: the fields the metrics read, with their types. Any other field, at any depth, is
-# parsed as JSON and dropped.
-RETRIEVED_ITEM = pa.struct([("id", pa.string()), ("parent_id", pa.string()), ("score", pa.float64())])
-CASES_SCHEMA = pa.schema(
-    [
-        ("case_id", pa.string()),
-        ("locale", pa.string()),
-        ("category", pa.string()),
-        ("must_cite_one_of", pa.list_(pa.string())),
-        ("relevant_ids", pa.list_(pa.string())),
-        ("retrieved_context", pa.list_(RETRIEVED_ITEM)),
-    ]
-)
-# The reader parses blocks of this many bytes in parallel (1 MiB measured fastest: 256 KiB
-# to 4 MiB are within 10%). A record longer than a block stops the fast path; the
-# line-by-line pass then reads the valid lines again with blocks as long as the longest.
-BLOCK_BYTES = 1 << 20
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (50k cases × 20 items; a batch's frames stay within a few hundred MB); for scale-out,
 # a batch is one staged partition and one task.
 BATCH_ITEMS = 1_000_000
-# Arrow batches (a block, 1 MiB of JSON, each) parsed ahead of the evaluation: about
-# 100 MB of Arrow arrays at most.
-READ_AHEAD_BATCHES = 512
-JSON_WHITESPACE = b" \t\r\n"
 NEWLINE, OPEN_BRACE = ord("\n"), ord("{")
 
 T = TypeVar("T")
@@ -173,10 +151,6 @@ def file_facts(manifest: Manifest, stat_cache: Path | None = None) -> FileFacts:
     return facts
 
 
-class _Stopped(Exception):
-    """The pass was stopped from outside, by its `stop` event (its output is dropped)."""
-
-
 def facts_beside(
     manifest: Manifest,
     stat_cache: Path,
@@ -241,30 +215,6 @@ def ingest(
     return result, account.rejects
 
 
-def _first_value_opening(path: Path) -> bytes:
-    """The first byte of the file's first JSON value (b"" when its first block is blank).
-    Arrow's reader is only given files that open with '{': a first value of `null`
-    crashes it (pyarrow 26), anything else it refuses anyway."""
-    with open_text_lines(path) as stream:
-        return stream.read(BLOCK_BYTES).lstrip(JSON_WHITESPACE)[:1]
-
-
-def read_cases(path: Path, block_bytes: int) -> pa.RecordBatchReader:
-    """Arrow's streaming JSON reader over `path` (gzip by its suffix). It parses blocks on
-    Arrow's threads, but only a block or two ahead of its caller (see `_read_ahead`)."""
-    source = pa.input_stream(str(path), compression="gzip" if path.suffix == ".gz" else None)
-    return pa_json.open_json(
-        source,
-        read_options=pa_json.ReadOptions(block_size=block_bytes),
-        parse_options=pa_json.ParseOptions(explicit_schema=CASES_SCHEMA, unexpected_field_behavior="ignore"),
-    )
-
-
-class _NotClean(Exception):
-    """The fast pass cannot take these records (a record breaks a rule, or Arrow's reader
-    refuses the file): the line-by-line pass decides."""
-
-
 STAGED_ITEM = {"id": pl.String, "parent_id": pl.String, "score": pl.Float64}
 NO_IDS = pl.lit([], dtype=pl.List(pl.String))
 NO_ITEMS = pl.lit([], dtype=pl.List(pl.Struct(STAGED_ITEM)))
@@ -278,7 +228,7 @@ def _missing(text: pl.Expr) -> pl.Expr:
 def stage(batch: pa.Table) -> pl.DataFrame:
     """One row per case (SPEC 2.4): case_id, locale, category, gold_source, gold (distinct,
     sorted: gold is a set) and retrieved_context (list of {id, parent_id, score}, in rank
-    order, [] when absent). Raises _NotClean when a record breaks a rule Arrow's types do
+    order, [] when absent). Raises NotClean when a record breaks a rule Arrow's types do
     not state: a required field null or empty, a gold id null or empty, an item with no id
     or an empty one, a score that is not finite."""
     # One chunk, not one per Arrow block (~200 a batch): the steps after it (explode,
@@ -291,7 +241,7 @@ def stage(batch: pa.Table) -> pl.DataFrame:
         frame.select(pl.any_horizontal(*text_fields, *gold_ids)).item()
         or items.select((_missing(pl.col("id")) | ~pl.col("score").is_finite()).any()).item()
     ):
-        raise _NotClean
+        raise NotClean
     return frame.select(
         "case_id",
         "locale",
@@ -322,106 +272,13 @@ def stream_staged(
     results: list[T] = []
     n_records = 0
     try:
-        for batch in _batches(path, block_bytes, batch_items or BATCH_ITEMS, stop):
+        for batch in batches(path, block_bytes, batch_items or BATCH_ITEMS, stop):
             staged = stage(batch)
             n_records += staged.height
             results.append(consume(staged, len(results)))
-    except _NotClean:
+    except NotClean:
         return None
     return results, n_records
-
-
-def _batches(path: Path, block_bytes: int, batch_items: int, stop: threading.Event) -> Iterator[pa.Table]:
-    """Tables of whole cases holding `batch_items` retrieved items (the last one fewer); a
-    file without records (the clean copy of a run whose every record was rejected) gives
-    one empty table, so that every table of the run gets its (empty) part."""
-    opening = _first_value_opening(path)
-    if opening == b"":
-        yield CASES_SCHEMA.empty_table()
-        return
-    if opening != b"{":
-        raise _NotClean  # never given to Arrow's reader (see _first_value_opening)
-    try:
-        reader = read_cases(path, block_bytes)
-    except (pa.ArrowInvalid, UnicodeDecodeError) as error:
-        raise _NotClean from error
-    pending: list[pa.RecordBatch] = []
-    n_items = 0
-    for batch in _read_ahead(reader):
-        if stop.is_set():
-            raise _Stopped
-        while batch.num_rows:
-            offsets = batch.column("retrieved_context").offsets  # items before each case, and the end
-            batch_size = offsets[-1].as_py() - offsets[0].as_py()
-            if n_items + batch_size < batch_items:  # all of it fits
-                pending.append(batch)
-                n_items += batch_size
-                break
-            # Cut where the running total reaches batch_items.
-            before = _int32_values(offsets) - offsets[0].as_py()
-            cut = max(1, int(np.searchsorted(before, batch_items - n_items, side="left")))
-            pending.append(batch.slice(0, cut))
-            yield pa.Table.from_batches(pending)
-            pending, n_items = [], 0
-            batch = batch.slice(cut)
-    if pending:
-        yield pa.Table.from_batches(pending)
-
-
-def _int32_values(array: pa.Int32Array) -> np.ndarray:
-    """The values of an Int32Array without nulls, as a NumPy view of its buffer. pyarrow's
-    own `to_numpy()` imports pandas when pandas is installed: 0.17-0.26 s on the first call,
-    which stalled the first batch of every run."""
-    return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
-
-
-def _read_ahead(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
-    """The reader's batches, parsed on a thread of their own up to READ_AHEAD_BATCHES ahead
-    of the caller. Arrow's reader parses only a block or two ahead, so without this the
-    parse waits while a batch is evaluated (100k cases: 2.8 s → 2.55 s for the whole run)."""
-    handed: queue.Queue = queue.Queue(READ_AHEAD_BATCHES)
-    done = threading.Event()
-
-    def offer(item: object) -> bool:
-        while not done.is_set():
-            try:
-                handed.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            while (batch := _next_batch(reader)) is not None:
-                if not offer(batch):
-                    return
-            offer(None)
-        except Exception as error:  # noqa: BLE001 — any error is raised again in the caller's thread
-            offer(error)
-
-    producer = threading.Thread(target=produce, name="read-ahead", daemon=True)
-    producer.start()
-    try:
-        while (item := handed.get()) is not None:
-            if isinstance(item, Exception):
-                raise item
-            yield item
-    finally:
-        done.set()
-        producer.join()
-
-
-def _next_batch(reader: pa.RecordBatchReader) -> pa.RecordBatch | None:
-    """The next batch, or None at the end; the reader's refusals (malformed JSON, a wrong
-    type, a repeated key, a record longer than a block) mean records the fast pass cannot
-    take. pyarrow raises UnicodeDecodeError when its message quotes invalid UTF-8."""
-    try:
-        return reader.read_next_batch()
-    except StopIteration:
-        return None
-    except (pa.ArrowInvalid, UnicodeDecodeError) as error:
-        raise _NotClean(str(error)) from error
 
 
 def repeated_case_ids(con: duckdb.DuckDBPyConnection, files: list[Path]) -> int:

@@ -26,10 +26,14 @@ class Manifest:
 
     @property
     def cases_file(self) -> Path:
-        for name in CASE_FILE_NAMES:
-            if (self.run_dir / name).is_file():
-                return self.run_dir / name
-        raise InputError(f"{self.run_dir}: no cases.jsonl or cases.jsonl.gz")
+        found = _cases_file_in(self.run_dir)
+        if found is None:
+            raise InputError(f"{self.run_dir}: no cases.jsonl or cases.jsonl.gz")
+        return found
+
+
+def _cases_file_in(run_dir: Path) -> Path | None:
+    return next((run_dir / name for name in CASE_FILE_NAMES if (run_dir / name).is_file()), None)
 
 
 def is_safe_run_id(run_id: object) -> bool:
@@ -97,3 +101,12 @@ def find_run_dirs(runs: Path) -> list[Path]:
     if not run_dirs:
         raise InputError(f"{runs}: holds no run folders")
     return run_dirs
+
+
+def first_cases_file(runs: Path) -> Path | None:
+    """The cases file that the runs of RUNS are read from first (in `find_run_dirs` order),
+    or None when RUNS is not as it should be: reading the manifests says why."""
+    try:
+        return _cases_file_in(find_run_dirs(runs)[0])
+    except InputError:
+        return None
