@@ -56,7 +56,7 @@ class EvaluationOptions:
     k: int | None = None
     ks: tuple[int, ...] = ()
     allow_rejects: bool = False
-    partition_items: int | None = None  # retrieved items per batch and partition; None: BATCH_ITEMS
+    partition_items: int | None = None  # retrieved items per batch or partition; None: BATCH_ITEMS, PARTITION_ITEMS
 
 
 @dataclass(frozen=True)
