@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import io
 import json
 import os
@@ -281,5 +282,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def console() -> int:
+    """The `retrieval-eval` command: `main`, then a quick exit. At exit the interpreter walks
+    the whole heap for garbage one last time (0.05-0.07 s after a 100k-case run, for nothing:
+    the command is over); frozen objects are left out of that walk."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())
