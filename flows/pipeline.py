@@ -201,6 +201,7 @@ def evaluate_partition(
         engine.write_parquet(metrics, parts.case_metrics)
         engine.write_parquet(slice_partials(metrics), parts.partials)
         written.result()
+    warehouse.sync(parts.cases, parts.retrieved, parts.case_metrics)
     return parts
 
 

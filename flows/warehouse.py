@@ -36,6 +36,7 @@ class WarehouseBusy(InputError):
 class Warehouse:
     def __init__(self, root: Path):
         self.root = Path(root).absolute()
+        self._committed: set[Path] | None = None  # what the catalog references after `commit`
 
     @property
     def catalog_path(self) -> Path:
@@ -118,13 +119,24 @@ class Warehouse:
                         ) from None
                     time.sleep(0.2)
             try:
+                self._committed = None
                 self.remove_unreferenced()  # leftovers of a writer that was killed
                 yield
             finally:
                 try:
-                    self.remove_unreferenced()  # superseded parts, and parts never committed
+                    # superseded parts, and parts never committed; after a commit, what the
+                    # catalog references is known without opening it again (0.015-0.025 s)
+                    self.remove_unreferenced(self._committed)
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
+
+    @staticmethod
+    def sync(*paths: Path) -> None:
+        """Flush written parts to disk now, while other work runs: `commit` syncs every part
+        again, which costs nothing for a part already flushed (the 100k-case run's parts
+        took 0.03 s to flush at commit, after everything else)."""
+        for path in paths:
+            _fsync(path)
 
     def commit(self, parts: dict[tuple[str, str], list[Path]]) -> None:
         """Point the catalog at `parts` ((table, run_id) → its files) in one transaction;
@@ -150,6 +162,7 @@ class Warehouse:
                         "insert into _partitions values ($table, $run_id, $path)",
                         {"table": table, "run_id": run_id, "path": str(path.relative_to(self.root))},
                     )
+            referenced: set[Path] = set()
             for table in TABLES:
                 files = [
                     str(self.root / row[0])
@@ -160,9 +173,11 @@ class Warehouse:
                 ]
                 if files:
                     con.execute(_view_ddl(table, files))
+                referenced.update(map(Path, files))
             con.execute("commit")
         finally:
             con.close()
+        self._committed = referenced
 
     def referenced(self) -> set[Path]:
         if not self.catalog_path.exists():
@@ -172,10 +187,10 @@ class Warehouse:
                 return set()
             return {self.root / row[0] for row in con.execute("select path from _partitions").fetchall()}
 
-    def remove_unreferenced(self) -> None:
+    def remove_unreferenced(self, keep: set[Path] | None = None) -> None:
         """Delete what no view points at: superseded parts, and parts and scratch folders
         of a writer that failed or was killed. Only called under the writer lock."""
-        keep = self.referenced()
+        keep = self.referenced() if keep is None else keep
         shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
