@@ -8,7 +8,7 @@ the line-by-line pass. Arrow parses 1 MiB blocks on its own threads; a thread of
 
 This module imports only pyarrow and NumPy, not Polars or DuckDB: `retrieval-eval run`
 starts reading its first run's file (`reading_ahead`) before it imports the engines, and
-the parse fills the core that the imports leave idle (100k cases: 2.39 → 2.25 s median
+the parse fills the core that the imports leave idle (100k cases: 2.19 → 2.09 s median
 over 12 runs).
 """
 
