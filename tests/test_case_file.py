@@ -49,6 +49,9 @@ def test_a_read_nobody_takes_is_stopped_at_the_end_of_the_block(tmp_path):
     with case_file.reading_ahead(path):
         case_file.discard(path)  # a reused run says so before the block ends
         assert case_file._started == {} and not _read_ahead_threads()
+    with case_file.reading_ahead(path), case_file.reading_ahead(path):  # started twice: one read
+        assert len(_read_ahead_threads()) == 1
+    assert case_file._started == {} and not _read_ahead_threads()
 
 
 def test_a_refusal_met_ahead_is_raised_where_the_batches_are_taken(tmp_path):
