@@ -36,7 +36,10 @@ class WarehouseBusy(InputError):
 class Warehouse:
     def __init__(self, root: Path):
         self.root = Path(root).absolute()
-        self._committed: set[Path] | None = None  # what the catalog references after `commit`
+        # What the catalog referenced after this instance's last `commit`, with the catalog
+        # file's stamp then: valid only while the file is unchanged (another commit on the
+        # same root would change it).
+        self._committed: tuple[tuple[int, int, int], set[Path]] | None = None
 
     @property
     def catalog_path(self) -> Path:
@@ -126,7 +129,7 @@ class Warehouse:
                 try:
                     # superseded parts, and parts never committed; after a commit, what the
                     # catalog references is known without opening it again (0.015-0.025 s)
-                    self.remove_unreferenced(self._committed)
+                    self.remove_unreferenced(self._still_committed())
                 finally:
                     fcntl.flock(handle, fcntl.LOCK_UN)
 
@@ -177,7 +180,18 @@ class Warehouse:
             con.execute("commit")
         finally:
             con.close()
-        self._committed = referenced
+        self._committed = (self._catalog_stamp(), referenced)
+
+    def _catalog_stamp(self) -> tuple[int, int, int]:
+        st = self.catalog_path.stat()
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def _still_committed(self) -> set[Path] | None:
+        """What this instance's last commit referenced, if the catalog is unchanged since."""
+        if self._committed is None or not self.catalog_path.exists():
+            return None
+        stamp, referenced = self._committed
+        return referenced if stamp == self._catalog_stamp() else None
 
     def referenced(self) -> set[Path]:
         if not self.catalog_path.exists():

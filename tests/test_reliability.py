@@ -313,3 +313,21 @@ def test_the_digest_cache_is_checked_by_inode_and_ctime_and_survives_being_cut_s
     cache.write_text(cache.read_text()[:40])
     evaluate(options)
     assert json.loads(cache.read_text())["facts"]["digest"].startswith("blake3:")
+
+
+def test_cleanup_after_a_commit_keeps_parts_another_instance_committed_since(tmp_path):
+    # The cleanup at the end of `writing()` reuses what its own commit referenced only while
+    # the catalog is unchanged; a later commit through another instance must not lose parts.
+    import polars as pl
+
+    locking, other = Warehouse(tmp_path / "wh"), Warehouse(tmp_path / "wh")
+    with locking.writing():
+        first = locking.new_part("runs", "r1", "t1")
+        pl.DataFrame({"run_id": ["r1"]}).write_parquet(first)
+        locking.commit({("runs", "r1"): [first]})
+        second = other.new_part("runs", "r2", "t2")
+        pl.DataFrame({"run_id": ["r2"]}).write_parquet(second)
+        other.commit({("runs", "r2"): [second]})
+    assert first.exists() and second.exists()
+    with locking.connect() as con:
+        assert con.execute("select run_id from runs order by run_id").fetchall() == [("r1",), ("r2",)]
