@@ -143,12 +143,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         # The first run's file is parsed while Polars and DuckDB are imported.
         with reading_ahead(first_cases_file(args.runs)):
-            from flows.pipeline import evaluate, read_report, write_report
+            from flows.pipeline import evaluate, report_files
             from flows.warehouse import Warehouse
 
             run_ids = evaluate(run_options(args))
-        report = read_report(Warehouse(args.warehouse), run_ids, args.kb)
-        report = write_report(report, args.report_dir, baseline=args.baseline)
+        report = report_files(Warehouse(args.warehouse), run_ids, args.report_dir, args.kb, baseline=args.baseline)
     from transforms.report_render import render_json, render_terminal
 
     if args.json:

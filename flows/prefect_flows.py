@@ -20,7 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_link_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.schedules import Cron
@@ -44,13 +48,12 @@ from flows.pipeline import (
     evaluate_partition,
     finish_run,
     load_manifests,
-    read_report,
     refused,
     refused_run,
+    report_files,
     reused_run,
     run_cutoffs,
     stage_run,
-    write_report,
 )
 from flows.warehouse import Warehouse
 from transforms.engine import THREADS_ENV
@@ -145,9 +148,11 @@ def report_task(
 ) -> str:
     """report.md (and charts) in `report_dir`, and the report as Prefect artifacts."""
     folder = Path(report_dir).absolute()
-    report = write_report(
-        read_report(Warehouse(Path(warehouse)), run_ids, Path(kb) if kb else None),
+    report = report_files(
+        Warehouse(Path(warehouse)),
+        run_ids,
         folder,
+        Path(kb) if kb else None,
         charts=charts,
         baseline=Path(baseline) if baseline else None,
     )

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from flows.pipeline import EvaluationOptions, evaluate, read_report, write_report
+from flows.pipeline import EvaluationOptions, evaluate, read_report, report_files, write_report
 from flows.progress import Progress
 from flows.warehouse import Warehouse
 from tests.conftest import SAMPLE_RUNS
@@ -35,6 +35,25 @@ def written(tmp_path_factory):
     report = read_report(Warehouse(root / "wh"), run_ids)
     report = write_report(report, root / "reports", baseline=SAMPLE_RUNS.parent / "baselines" / "baseline.json")
     return report, root / "reports"
+
+
+def test_a_run_ends_with_the_same_report_when_its_charts_are_drawn_beside_the_queries(written, tmp_path):
+    # `retrieval-eval run` writes the report with report_files (charts drawn on a thread
+    # while the diagnostics are read); it must write what read_report + write_report write.
+    report, folder = written
+    warehouse = Warehouse(folder.parent / "wh")
+    kb = SAMPLE_RUNS.parent / "kb" / "cards.jsonl"
+    baseline = SAMPLE_RUNS.parent / "baselines" / "baseline.json"
+    ended = report_files(warehouse, [run.run_id for run in report.runs], tmp_path / "ended", kb, baseline=baseline)
+    assert ended.charts == report.charts
+    assert sorted(p.name for p in (tmp_path / "ended").iterdir()) == sorted(p.name for p in folder.iterdir())
+    assert (tmp_path / "ended" / "report.md").read_text() == (folder / "report.md").read_text()
+    uuid = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    for file_name in report.charts.values():  # pygal gives every drawing a random uuid
+        drawn, expected = (re.sub(uuid, "-", (f / file_name).read_text()) for f in (tmp_path / "ended", folder))
+        assert drawn == expected, file_name
+    with_kb = write_report(read_report(warehouse, [run.run_id for run in report.runs], kb), tmp_path / "kb")
+    assert [run.warnings for run in ended.runs] == [run.warnings for run in with_kb.runs]
 
 
 def test_markdown_has_n_beside_every_figure_and_the_caveats(written):
