@@ -9,7 +9,9 @@ partition so that each partition can be its own task.
 
 from __future__ import annotations
 
+import gzip
 import threading
+import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -120,19 +122,25 @@ def _ingest_run(
     the committed parts)."""
     scratch = warehouse.scratch_dir(txn, manifest.run_id)
     reusable, committed_parts = _reusable(manifest, options, committed)
-    digest, outcome = facts_beside(
-        manifest,
-        warehouse.digest_cache(manifest.run_id),
-        lambda facts, stop: ingest(
-            manifest.cases_file,
-            scratch,
-            str(manifest.cases_file),
-            options.allow_rejects,
-            lambda path, block_bytes: fast_pass(path, block_bytes, stop),
-            facts,
-        ),
-        reusable,
-    )
+    try:
+        digest, outcome = facts_beside(
+            manifest,
+            warehouse.digest_cache(manifest.run_id),
+            lambda facts, stop: ingest(
+                manifest.cases_file,
+                scratch,
+                str(manifest.cases_file),
+                options.allow_rejects,
+                lambda path, block_bytes: fast_pass(path, block_bytes, stop),
+                facts,
+            ),
+            reusable,
+        )
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        # Python's gzip reports a .gz cut short (EOFError) or damaged (zlib.error) with errors
+        # that are not OSErrors, and neither they nor BadGzipFile name the file; whichever read
+        # of the file meets the damage first raises it.
+        raise InputError(f"{manifest.cases_file}: not a readable gzip file ({error})") from None
     if outcome is None:  # reused: a read of the file started ahead of the run is not needed
         discard(manifest.cases_file)
     return digest, outcome, committed_parts

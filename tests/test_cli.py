@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -103,6 +104,39 @@ def test_malformed_record_exits_2_naming_file_line_and_reason(tmp_path):
     allowed = cli("run", "runs", "--warehouse", "wh", "--report-dir", "rep", "--allow-rejects", cwd=tmp_path)
     assert allowed.returncode == 0, allowed.stderr
     assert "1 record(s) were rejected" in allowed.stdout
+
+
+def _truncated(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _damaged(data: bytes) -> bytes:
+    # the first deflate block's header, just after gzip's 10-byte header: zlib refuses it
+    return data[:11] + bytes(b ^ 0xFF for b in data[11:15]) + data[15:]
+
+
+@pytest.mark.parametrize(
+    "spoil, damage",
+    [
+        (_truncated, "Compressed file ended before the end-of-stream marker"),
+        (_damaged, "Error -3 while decompressing"),
+        (lambda data: gzip.decompress(data), "Not a gzipped file"),
+    ],
+    ids=["truncated", "damaged", "not-gzip"],
+)
+def test_unreadable_gzip_cases_file_exits_2_naming_the_file(tmp_path, spoil, damage):
+    # Python's gzip raises EOFError and zlib.error (not OSErrors) for a .gz cut short or
+    # damaged: they must end as a message naming the file, not a traceback, with nothing loaded.
+    lines = [json.dumps(case(f"case-{i:04d}", [chunk(f"C{i}::00", f"C{i}", 0.5)], [f"C{i}"])) for i in range(3000)]
+    run_dir = write_run(tmp_path / "runs", "run-x", lines=lines)
+    data = gzip.compress((run_dir / "cases.jsonl").read_bytes())
+    (run_dir / "cases.jsonl").unlink()
+    (run_dir / "cases.jsonl.gz").write_bytes(spoil(data))
+    result = cli("run", "runs", "--warehouse", "wh", "--report-dir", "rep", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "runs/run-x/cases.jsonl.gz: not a readable gzip file" in result.stderr and damage in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "wh" / "catalog.duckdb").exists()
 
 
 @pytest.mark.parametrize(
