@@ -29,7 +29,7 @@ from transforms.aggregates import aggregates, merge_partials, slice_partials
 from transforms.baseline import baseline_reference, read_snapshot
 from transforms.case_file import discard
 from transforms.case_metrics import case_metrics, cutoffs
-from transforms.charts import write_charts
+from transforms.charts import draw_charts
 from transforms.errors import InputError, Reject, RejectedRecords
 from transforms.ingest import (
     StagedRun,
@@ -356,18 +356,16 @@ def evaluate(options: EvaluationOptions) -> list[str]:
 def read_report(warehouse: Warehouse, run_ids: list[str], kb: Path | None = None) -> Report:
     """The report model of `run_ids`, read back through the catalog's views; with `kb`, gold
     ids that are not cards of the knowledge base are counted in each run's warnings."""
-    with _report_reader(warehouse, kb) as con:
+    con, kb_loaded = _report_reader(warehouse, kb)
+    with con:
         runs, shown = _read_runs(con, run_ids)
-        return _read_diagnostics(con, run_ids, runs, shown, kb)
+        return _read_diagnostics(con, run_ids, runs, shown, kb_loaded)
 
 
 def write_report(report: Report, report_dir: Path, charts: bool = True, baseline: Path | None = None) -> Report:
     """report.md and report.html with their charts in `report_dir`; returns the report
     with chart names set. A baseline snapshot adds its figures to the trend chart."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    if charts:
-        report = replace(report, charts=_draw_charts(report.runs, report_dir, baseline))
-    return _write_documents(report, report_dir)
+    return _write_report(report, report_dir, _draw_charts(report.runs, baseline) if charts else {})
 
 
 def report_files(
@@ -378,31 +376,31 @@ def report_files(
     charts: bool = True,
     baseline: Path | None = None,
 ) -> Report:
-    """`read_report` then `write_report`, the way a run ends: the charts need only each
-    run's figures, so they are drawn on a thread while the per-case diagnostics are read
+    """What `write_report(read_report(...))` writes, the way a run ends: the charts need only
+    each run's figures, so they are drawn on a thread while the per-case diagnostics are read
     (pygal's import and drawing, 0.045 s of Python, beside DuckDB queries that leave the
-    interpreter free)."""
-    report_dir.mkdir(parents=True, exist_ok=True)
-    with _report_reader(warehouse, kb) as con, ThreadPoolExecutor(max_workers=1) as drawer:
+    interpreter free). Nothing is written unless every read succeeds."""
+    con, kb_loaded = _report_reader(warehouse, kb)
+    with con, ThreadPoolExecutor(max_workers=1) as drawer:
         runs, shown = _read_runs(con, run_ids)
-        drawn = drawer.submit(_draw_charts, shown, report_dir, baseline) if charts else None
-        report = _read_diagnostics(con, run_ids, runs, shown, kb)
-        if drawn is not None:
-            report = replace(report, charts=drawn.result())
-    return _write_documents(report, report_dir)
+        drawn = drawer.submit(_draw_charts, shown, baseline) if charts else None
+        report = _read_diagnostics(con, run_ids, runs, shown, kb_loaded)
+        images = drawn.result() if drawn is not None else {}
+    return _write_report(report, report_dir, images)
 
 
-def _report_reader(warehouse: Warehouse, kb: Path | None) -> duckdb.DuckDBPyConnection:
-    """A read-only connection to the catalog holding the KB's cards when `kb` is a file (a
-    bad KB stops here, before anything is drawn)."""
+def _report_reader(warehouse: Warehouse, kb: Path | None) -> tuple[duckdb.DuckDBPyConnection, bool]:
+    """A read-only connection to the catalog, holding the KB's cards when `kb` is a file
+    (a bad KB stops here, before anything is drawn or written); and whether it does."""
     con = warehouse.connect()
-    if kb is not None and kb.is_file():
+    kb_loaded = kb is not None and kb.is_file()
+    if kb_loaded:
         try:
             load_kb(con, kb)
         except BaseException:
             con.close()
             raise
-    return con
+    return con, kb_loaded
 
 
 def _read_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> tuple[pl.DataFrame, list[RunReport]]:
@@ -414,29 +412,33 @@ def _read_runs(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> tuple[pl.D
 
 
 def _read_diagnostics(
-    con: duckdb.DuckDBPyConnection, run_ids: list[str], runs: pl.DataFrame, shown: list[RunReport], kb: Path | None
+    con: duckdb.DuckDBPyConnection, run_ids: list[str], runs: pl.DataFrame, shown: list[RunReport], kb_loaded: bool
 ) -> Report:
     """The report model: the runs shown, with the diagnostics read from their case metrics
-    (and the KB check when `kb` is a file)."""
+    (and the KB check when `con` holds the KB's cards)."""
     # The diagnostics read each run's headline k only: a k sweep does not grow the report.
     case_metrics = con.sql(
         "select case_metrics.* from case_metrics join runs using (run_id) "
         "where list_contains($ids, run_id) and case_metrics.k = runs.headline_k",
         params={"ids": run_ids},
     ).pl()
-    unknown_gold = effective_gold_not_in_kb(con, run_ids) if kb is not None and kb.is_file() else None
+    unknown_gold = effective_gold_not_in_kb(con, run_ids) if kb_loaded else None
     return build_report(runs, shown, case_metrics, unknown_gold)
 
 
-def _draw_charts(runs: list[RunReport], report_dir: Path, baseline: Path | None) -> dict[str, str]:
-    """The report's charts in `report_dir` (a baseline snapshot adds its figures to the trend)."""
-    reference = baseline_reference(read_snapshot(baseline)) if baseline else None
-    return write_charts(runs, report_dir, reference)
+def _draw_charts(runs: list[RunReport], baseline: Path | None) -> dict[str, tuple[str, bytes]]:
+    """The report's charts as SVG (a baseline snapshot adds its figures to the trend)."""
+    return draw_charts(runs, baseline_reference(read_snapshot(baseline)) if baseline else None)
 
 
-def _write_documents(report: Report, report_dir: Path) -> Report:
-    """report.md and report.html (its charts inlined) in `report_dir`."""
+def _write_report(report: Report, report_dir: Path, images: dict[str, tuple[str, bytes]]) -> Report:
+    """The charts, report.md and report.html (its charts inlined) in `report_dir`; returns the
+    report with chart names set."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for file_name, svg in images.values():
+        (report_dir / file_name).write_bytes(svg)
+    report = replace(report, charts={name: file_name for name, (file_name, _) in images.items()})
     (report_dir / "report.md").write_text(render_markdown(report), encoding="utf-8")
-    images = {name: (report_dir / name).read_bytes() for name in report.charts.values()}
-    (report_dir / "report.html").write_text(render_html(report, images), encoding="utf-8")
+    svgs = {file_name: svg for file_name, svg in images.values()}
+    (report_dir / "report.html").write_text(render_html(report, svgs), encoding="utf-8")
     return report

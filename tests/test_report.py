@@ -56,6 +56,40 @@ def test_a_run_ends_with_the_same_report_when_its_charts_are_drawn_beside_the_qu
     assert [run.warnings for run in ended.runs] == [run.warnings for run in with_kb.runs]
 
 
+def test_a_run_ends_with_the_kb_check_of_the_kb_it_was_given(written, tmp_path):
+    report, folder = written
+    run_ids = [run.run_id for run in report.runs]
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text(json.dumps({"id": "card-nobody-cites", "title": "unused"}) + "\n")  # every gold id is unknown
+    ended = report_files(Warehouse(folder.parent / "wh"), run_ids, tmp_path / "ended", kb, charts=False)
+    for run in ended.runs:
+        assert any("are not cards of the knowledge base" in w for w in run.warnings), run.run_id
+    assert not any("knowledge base" in w for run in report.runs for w in run.warnings)  # no KB given there
+
+
+@pytest.mark.parametrize("spoil", ["kb with a repeated id", "unreadable baseline", "missing case_metrics part"])
+def test_a_run_ends_writing_no_report_file_when_a_read_fails(tmp_path, spoil):
+    # The charts are drawn beside the diagnostics' queries: a read that fails must leave
+    # the report folder as it was (here: not made at all), charts included.
+    from transforms.errors import InputError
+
+    run_ids = evaluate(EvaluationOptions(runs=SAMPLE_RUNS / "2026-11-02-dense", warehouse=tmp_path / "wh"))
+    kb = baseline = None
+    if spoil == "kb with a repeated id":
+        kb = tmp_path / "cards.jsonl"
+        kb.write_text(json.dumps({"id": "A", "title": "a"}) + "\n" + json.dumps({"id": "A", "title": "b"}) + "\n")
+    elif spoil == "unreadable baseline":
+        baseline = tmp_path / "baseline.json"
+        baseline.write_text("{not json")
+    else:
+        next((tmp_path / "wh" / "case_metrics").glob("run_id=*/*.parquet")).unlink()
+    with pytest.raises(Exception) as raised:
+        report_files(Warehouse(tmp_path / "wh"), run_ids, tmp_path / "ended", kb, baseline=baseline)
+    if spoil != "missing case_metrics part":
+        assert isinstance(raised.value, InputError)
+    assert not (tmp_path / "ended").exists()
+
+
 def test_markdown_has_n_beside_every_figure_and_the_caveats(written):
     report, folder = written
     markdown = (folder / "report.md").read_text()

@@ -9,8 +9,6 @@ tooltips are left out), so nothing is fetched when they are opened.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 
 from transforms.report import RunReport
@@ -30,18 +28,15 @@ def chart_files(runs: list[RunReport]) -> dict[str, str]:
     return {name: f"{name}.svg" for name in [*names, "trend", "locales", "categories"]}
 
 
-def write_charts(runs: list[RunReport], out_dir: Path, baseline: dict[str, float] | None = None) -> dict[str, str]:
-    """Write every chart of the report's runs into `out_dir`; returns chart name → file name."""
-    files = chart_files(runs)
+def draw_charts(runs: list[RunReport], baseline: dict[str, float] | None = None) -> dict[str, tuple[str, bytes]]:
+    """Every chart of the report's runs: chart name → (file name, SVG bytes)."""
     charts = {
         "sweep": lambda: _sweep(runs),
         "trend": lambda: _trend(runs, baseline or {}),
         "locales": lambda: _slices(runs, "locale"),
         "categories": lambda: _slices(runs, "category"),
     }
-    for name, file_name in files.items():
-        (out_dir / file_name).write_bytes(charts[name]().render())
-    return files
+    return {name: (file_name, charts[name]().render()) for name, file_name in chart_files(runs).items()}
 
 
 def _config(title: str, colours: tuple[str, ...] = PALETTE, **more):
