@@ -13,10 +13,11 @@ import pytest
 from flows.pipeline import EvaluationOptions, evaluate, read_report, report_files, write_report
 from flows.progress import Progress
 from flows.warehouse import Warehouse
-from tests.conftest import SAMPLE_RUNS
+from tests.conftest import SAMPLE_KB, SAMPLE_RUNS
 from transforms.report_render import render_json, render_terminal
 
 SVG = "{http://www.w3.org/2000/svg}"
+SAMPLE_BASELINE = SAMPLE_RUNS.parent / "baselines" / "baseline.json"
 
 
 def svg_texts(path) -> list[str]:
@@ -33,7 +34,7 @@ def written(tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     run_ids = evaluate(EvaluationOptions(runs=SAMPLE_RUNS, warehouse=root / "wh", ks=(1, 2, 8)))
     report = read_report(Warehouse(root / "wh"), run_ids)
-    report = write_report(report, root / "reports", baseline=SAMPLE_RUNS.parent / "baselines" / "baseline.json")
+    report = write_report(report, root / "reports", baseline=SAMPLE_BASELINE)
     return report, root / "reports"
 
 
@@ -42,9 +43,8 @@ def test_a_run_ends_with_the_same_report_when_its_charts_are_drawn_beside_the_qu
     # while the diagnostics are read); it must write what read_report + write_report write.
     report, folder = written
     warehouse = Warehouse(folder.parent / "wh")
-    kb = SAMPLE_RUNS.parent / "kb" / "cards.jsonl"
-    baseline = SAMPLE_RUNS.parent / "baselines" / "baseline.json"
-    ended = report_files(warehouse, [run.run_id for run in report.runs], tmp_path / "ended", kb, baseline=baseline)
+    kb = SAMPLE_KB
+    ended = report_files(warehouse, [run.run_id for run in report.runs], tmp_path / "ended", kb, baseline=SAMPLE_BASELINE)
     assert ended.charts == report.charts
     assert sorted(p.name for p in (tmp_path / "ended").iterdir()) == sorted(p.name for p in folder.iterdir())
     assert (tmp_path / "ended" / "report.md").read_text() == (folder / "report.md").read_text()
