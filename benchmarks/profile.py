@@ -69,7 +69,7 @@ def record(run_dir: Path, out: Path, scratch: Path) -> None:
     try:
         subprocess.run(
             [py_spy(), "record", "--idle", "--threads", "--format", "raw", "--rate", str(RATE), "-o", str(out), "--",
-             sys.executable, "-m", "flows.cli", "run", str(run_dir),
+             sys.executable, "-m", "retrieval_eval", "run", str(run_dir),
              "--warehouse", str(base / "warehouse"), "--report-dir", str(base / "report")],
             check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
         )
@@ -128,7 +128,7 @@ def memory_trace(run_dir: Path, scratch: Path, interval: float = 0.25) -> str:
     samples: list[tuple[float, int, str, str]] = []
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "run", str(run_dir),
+            [sys.executable, "-m", "retrieval_eval", "run", str(run_dir),
              "--warehouse", str(base / "warehouse"), "--report-dir", str(base / "report")],
             cwd=ROOT, stdout=subprocess.DEVNULL,
         )

@@ -57,7 +57,19 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.generate import generate  # noqa: E402
-from transforms.run_summary import code_fingerprint  # noqa: E402
+
+def code_fingerprint() -> str:
+    """A short hash of the project's code as it is on disk now (flows/, transforms/, sql/):
+    a table whose code changed while it was measured says so."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for folder, pattern in (("flows", "*.py"), ("transforms", "*.py"), ("sql", "**/*.sql")):
+        for path in sorted((ROOT / folder).glob(pattern)):
+            digest.update(str(path.relative_to(ROOT)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
 
 WORK = BENCH / "work"
 RESULTS = BENCH / "results"
@@ -118,7 +130,7 @@ def retrieval_eval_command() -> list[str]:
     if exe.exists():
         return [str(exe)]
     found = shutil.which("retrieval-eval")
-    return [found] if found else [sys.executable, "-m", "flows.cli"]
+    return [found] if found else [sys.executable, "-m", "retrieval_eval"]
 
 
 def timed(cmd: list[str], *, cwd: Path, env: dict[str, str] | None = None,

@@ -14,3 +14,5 @@ TOLERANCE = 0.05
 LOCALE_TOLERANCE = 0.08
 
 NIGHTLY_CRON = "0 2 * * *"  # the served deployment's schedule (UTC)
+
+RETENTION_DAYS = 7.0  # superseded files are kept this long (SPEC 10)

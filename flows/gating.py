@@ -1,15 +1,32 @@
-"""Baseline refresh and the gate, reading the run from the warehouse catalog."""
+"""The gate and the baseline refresh, reading runs from the warehouse (SPEC 8)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from flows.warehouse import Warehouse
-from transforms.baseline import build_snapshot, read_snapshot, snapshot_case_metrics, write_snapshot
-from transforms.errors import InputError
-from transforms.gate import GateResult, compare
+from .. import __version__, sql
+from ..transforms.baseline import build_snapshot, snapshot_case_metrics
+from ..transforms.errors import InputError
+from ..transforms.gate import GateResult, compare
+from . import config
+from .baseline_file import read_baseline, write_baseline
+from .views import naming_damage, open_reader, read_state
+from .warehouse import State, Warehouse
+
+GateOutcome = GateResult
+
+
+@dataclass(frozen=True)
+class GateOptions:
+    baseline: Path = config.BASELINE
+    warehouse: Path = config.WAREHOUSE
+    tolerance: float = config.TOLERANCE
+    locale_tolerance: float = config.LOCALE_TOLERANCE
+    floors: dict[str, float] = field(default_factory=dict)
+    allow_missing_cases: bool = False
 
 
 def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, float]:
@@ -18,56 +35,61 @@ def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, fl
     return {metric: value for metric, value in given if value is not None}
 
 
-def read_run(warehouse: Warehouse, run_id: str, k: int | None = None) -> tuple[dict, pl.DataFrame, pl.DataFrame]:
-    """The `runs` row, aggregates and case_metrics of one run at k (default: its headline k)."""
-    with warehouse.connect() as con:
-        runs = con.sql("select * from runs where run_id = $id", params={"id": run_id}).pl()
-        if runs.height == 0:
-            known = ", ".join(r[0] for r in con.execute("select run_id from runs order by run_id").fetchall())
-            raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.root} (known: {known or 'none'})")
-        run = runs.row(0, named=True)
-        k = k or run["headline_k"]
-        params = {"id": run_id, "k": k}
-        aggregates = con.sql("select * from aggregates where run_id = $id and k = $k", params=params).pl()
-        case_metrics = con.sql("select * from case_metrics where run_id = $id and k = $k", params=params).pl()
-    if k not in run["ks"]:
-        raise InputError(
-            f"run {run_id!r} has no metrics at k={k} (it has k in {list(run['ks'])}); "
-            f"re-run it with --ks {k}"
-        )
-    return run, aggregates, case_metrics
+@dataclass(frozen=True)
+class RunFigures:
+    """One run at one k: its `runs` row, aggregates, and case metrics with each case's gold."""
+
+    run: dict
+    aggregates: pl.DataFrame
+    case_metrics: pl.DataFrame
+
+
+def read_run(warehouse: Warehouse, state: State, run_id: str, k: int | None = None) -> RunFigures:
+    """A run's figures at k (default: its headline k); exit 2 when the run or the k is not there."""
+    if run_id not in state.runs or "runs" not in state.runs[run_id].tables:
+        known = ", ".join(sorted(r for r, run in state.runs.items() if "runs" in run.tables))
+        raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.root} (known: {known or 'none'})")
+    with open_reader(warehouse, state, [run_id], ("runs", "aggregates", "case_metrics", "cases")) as con:
+        with naming_damage(warehouse, state):
+            run = con.sql("select * from runs").pl().row(0, named=True)
+            k = k or run["headline_k"]
+            if k not in run["ks"]:
+                raise InputError(
+                    f"run {run_id!r} has no metrics at k={k} (it has k in {list(run['ks'])}); re-run it with --ks {k}"
+                )
+            params = {"k": k}
+            aggregates = con.sql("select * from aggregates where k = $k", params=params).pl()
+            case_metrics = con.sql(sql.load("case_metrics_with_gold"), params=params).pl()
+    return RunFigures(run, aggregates, case_metrics)
 
 
 def refresh_baseline(warehouse: Warehouse, run_id: str, out: Path) -> dict:
-    run, aggregates, case_metrics = read_run(warehouse, run_id)
-    snapshot = build_snapshot(run, aggregates, case_metrics)
-    write_snapshot(snapshot, out)
+    state = read_state(warehouse)
+    figures = read_run(warehouse, state, run_id)
+    gold = figures.case_metrics.select("case_id", "gold")
+    snapshot = build_snapshot(figures.run, figures.aggregates, figures.case_metrics.drop("gold"), gold, __version__)
+    write_baseline(snapshot, out)
     return snapshot
 
 
-def gate_run(
-    warehouse: Warehouse,
-    run_id: str,
-    baseline: Path,
-    *,
-    tolerance: float,
-    locale_tolerance: float,
-    floors: dict[str, float],
-) -> GateResult:
-    snapshot = read_snapshot(baseline)
-    run, aggregates, case_metrics = read_run(warehouse, run_id, snapshot["k"])
+def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
+    warehouse = Warehouse(options.warehouse)
+    snapshot = read_baseline(options.baseline)
+    current = read_run(warehouse, state, run_id, snapshot["k"])
     recomputed = None
-    if snapshot["run_id"] in warehouse.run_ids():
-        _, _, baseline_now = read_run(warehouse, snapshot["run_id"], snapshot["k"])
-        recomputed = baseline_now
+    baseline_run = snapshot["run_id"]
+    if baseline_run in state.runs and "runs" in state.runs[baseline_run].tables:
+        recomputed = read_run(warehouse, state, baseline_run, snapshot["k"]).case_metrics
     return compare(
         snapshot,
-        run,
-        aggregates,
-        case_metrics,
+        current.run,
+        current.aggregates,
+        current.case_metrics,
         snapshot_case_metrics(snapshot),
-        tolerance=tolerance,
-        locale_tolerance=locale_tolerance,
-        floors=floors,
+        tolerance=options.tolerance,
+        locale_tolerance=options.locale_tolerance,
+        floors=options.floors,
         recomputed_baseline=recomputed,
+        allow_missing_cases=options.allow_missing_cases,
     )
+

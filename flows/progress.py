@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from collections.abc import Iterable, Iterator
+from typing import TextIO, TypeVar
+
+T = TypeVar("T")
 
 LARGE_RUN_BYTES = 32 * 1024 * 1024
 
 
 class Progress:
-    """`[2/4] run-id (440 MB)  batch 3: 100,000 cases` rewritten in place; silent when
+    """`[2/4] run-id (440 MB)  batch 3  1.2 s` rewritten in place; silent when
     piped or for small runs."""
 
     def __init__(self, n_runs: int, stream: TextIO = sys.stderr):
@@ -31,8 +34,11 @@ class Progress:
             self.stream.write(f"\r\x1b[K{self.prefix}  {step}  {elapsed:4.1f} s")
             self.stream.flush()
 
-    def batch(self, number: int, n_cases: int) -> None:
-        self.show(f"batch {number}: {n_cases:,} cases")
+    def batches(self, batches: Iterable[T]) -> Iterator[T]:
+        """`batches`, each shown as it is taken."""
+        for number, batch in enumerate(batches, start=1):
+            self.show(f"batch {number}")
+            yield batch
 
     def end_run(self) -> None:
         if self.active:

@@ -1,108 +1,271 @@
-"""The warehouse: hive-partitioned Parquet per table and run, and the DuckDB catalog over it.
+"""The warehouse: hive-partitioned Parquet per table and run, and beside it the transaction log
+that says which files make each run (SPEC 4 and 10).
 
-A run's files are written under fresh names and become visible only when one catalog
-transaction points the views at them, so readers see each run as it was or whole, never
-half-written (SPEC 4). Files no longer referenced are removed afterwards, under the lock.
+    <root>/_log/<version>.json             one entry per commit: the files each run now has
+    <root>/_log/<version>.checkpoint.json  the whole state, every CHECKPOINT_EVERY versions
+    <root>/_log/pending/<txn>.json         a transaction that has not ended (a writer's)
+    <root>/<table>/run_id=<run>/part-<txn>-<id>.parquet
+    <root>/catalog.duckdb                  views for people (flows/catalog.py), made from the log
+
+The log is the truth; the catalog is rebuilt from it whenever it is missing, stale, moved or
+unreadable. A run's files are written under fresh names and become visible in one atomic
+log entry (written aside, then linked into place), so a reader sees each run as it was or
+whole. Nothing committed is deleted except a file a later commit superseded, and only past
+a retention; files of a writer that died before committing are removed by the next writer.
+docs/warehouse.md says why it is shaped so, and when to move to DuckLake or Delta Lake.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import duckdb
+from blake3 import blake3
 
-from transforms.errors import InputError
+from .. import __version__
+from ..transforms.errors import InputError
+from .interrupts import interrupts_deferred
 
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
+LOG = "_log"
+PENDING = "pending"
 CATALOG_NAME = "catalog.duckdb"
 LOCK_NAME = ".lock"
 SCRATCH = ".scratch"
-DIGESTS = ".digests"
+LOG_FORMAT = 1
+CHECKPOINT_EVERY = 25
 DEFAULT_LOCK_TIMEOUT_S = 600.0
-CATALOG_WAIT_S = 30.0  # how long to wait for another process's hold on the catalog file
+DEFAULT_RETENTION = timedelta(days=7)
 
 
 class WarehouseBusy(InputError):
     """Another process holds the warehouse lock past the timeout."""
 
 
+class DamagedLog(InputError):
+    """An entry of the transaction log cannot be read."""
+
+
+@dataclass(frozen=True)
+class PartFile:
+    """One committed Parquet file: its path under the root, and what was committed."""
+
+    path: str
+    bytes: int
+    rows: int
+    blake3: str
+    mtime_ns: int  # parts are never rewritten: another mtime means the file was touched
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "bytes": self.bytes, "rows": self.rows, "blake3": self.blake3,
+                "mtime_ns": self.mtime_ns}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the log says of one run: its files per table, and the evaluation they came from."""
+
+    tables: dict[str, list[PartFile]]
+    evaluation_key: str | None  # None: its tables are not from one evaluation (a refused re-run)
+    source: dict | None  # the artifacts it was evaluated from: cases file, stamp, digest
+    version: int  # the log version that last changed it
+
+    def files(self) -> Iterator[tuple[str, PartFile]]:
+        for table, parts in self.tables.items():
+            for part in parts:
+                yield table, part
+
+
+@dataclass(frozen=True)
+class State:
+    """The warehouse as of one log version."""
+
+    warehouse_id: str | None
+    version: int
+    runs: dict[str, RunState]
+    superseded: list[dict]  # {"path", "at": ISO time it was superseded}
+
+    def referenced(self) -> set[str]:
+        return {part.path for run in self.runs.values() for _, part in run.files()}
+
+    def owner(self) -> dict[str, tuple[str, str]]:
+        """Path → (table, run_id) of every committed file."""
+        return {part.path: (table, run_id) for run_id, run in self.runs.items() for table, part in run.files()}
+
+    def files(self, table: str, run_ids: Iterable[str] | None = None) -> list[PartFile]:
+        chosen = self.runs if run_ids is None else {r: self.runs[r] for r in run_ids if r in self.runs}
+        return [part for _, run in sorted(chosen.items()) for part in run.tables.get(table, [])]
+
+
+@dataclass(frozen=True)
+class RunCommit:
+    """What a commit changes of one run: the tables it replaces (the others stay)."""
+
+    tables: dict[str, list[PartFile]]
+    evaluation_key: str | None
+    source: dict | None
+
+
+def file_digest(path: Path) -> str:
+    """BLAKE3 of a file's bytes."""
+    digest = blake3()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe_part(path: Path, root: Path) -> PartFile:
+    """The record of a part already on disk: its size, row count, digest and mtime."""
+    import pyarrow.parquet as pq
+
+    rows = pq.ParquetFile(path).metadata.num_rows
+    stat = path.stat()
+    return PartFile(str(path.relative_to(root)), stat.st_size, rows, file_digest(path), stat.st_mtime_ns)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_new_file(path: Path, text: str) -> None:
+    """Write `path` whole or not at all, refusing to replace it: written aside, flushed, then
+    linked into place (a second writer of the same name fails instead of overwriting)."""
+    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(aside, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(aside, path)
+    finally:
+        aside.unlink()
+    _fsync_dir(path.parent)
+
+
 class Warehouse:
     def __init__(self, root: Path):
         self.root = Path(root).absolute()
-        # What the catalog referenced after this instance's last `commit`, with the catalog
-        # file's stamp then: valid only while the file is unchanged (another commit on the
-        # same root would change it).
-        self._committed: tuple[tuple[int, int, int], set[Path]] | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return self.root / LOG
 
     @property
     def catalog_path(self) -> Path:
         return self.root / CATALOG_NAME
 
-    def new_part(self, table: str, run_id: str, txn: str, partition: int = 0) -> Path:
-        """A fresh, not yet visible file for one table's partition of one run."""
-        folder = self.root / table / f"run_id={run_id}"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder / f"part-{txn}-{partition:03d}.parquet"
+    def exists(self) -> bool:
+        return self.log_dir.is_dir()
 
-    def scratch_dir(self, txn: str, run_id: str) -> Path:
-        """Scratch of one run's job (spill, partial sums); removed under the lock afterwards."""
-        folder = self.root / SCRATCH / txn / run_id
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder
+    # ------------------------------------------------------------------ reading the log
 
-    def digest_cache(self, run_id: str) -> Path:
-        """Where the content digest of a run's files is kept with their size and mtime."""
-        return self.root / DIGESTS / f"{run_id}.json"
+    def _entries(self) -> tuple[list[int], list[int]]:
+        """The delta versions and checkpoint versions in the log, ascending."""
+        deltas, checkpoints = [], []
+        try:
+            names = os.listdir(self.log_dir)
+        except FileNotFoundError:
+            return [], []
+        for name in names:
+            stem, _, suffix = name.partition(".")
+            if not stem.isdigit():
+                continue
+            if suffix == "json":
+                deltas.append(int(stem))
+            elif suffix == "checkpoint.json":
+                checkpoints.append(int(stem))
+        return sorted(deltas), sorted(checkpoints)
 
-    def committed(self, run_id: str) -> tuple[str | None, dict[str, list[Path]]]:
-        """The evaluation key of a run as committed and its committed files per table. The key
-        is None when the run has no `runs` row, one written before keys were kept, or files
-        from more than one transaction (a refused re-run replaced its `rejects`): only files
-        written together are reused together."""
-        return self.committed_runs([run_id])[run_id]
+    def _read_entry(self, name: str) -> dict:
+        path = self.log_dir / name
+        try:
+            entry = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise DamagedLog(
+                f"{path}: a transaction log entry cannot be read ({error}); "
+                "see `retrieval-eval warehouse check`"
+            ) from None
+        if not isinstance(entry, dict) or entry.get("format") != LOG_FORMAT:
+            raise DamagedLog(f"{path}: not a transaction log entry of this version of retrieval-eval")
+        return entry
 
-    def committed_runs(self, run_ids: list[str]) -> dict[str, tuple[str | None, dict[str, list[Path]]]]:
-        """`committed` of each of `run_ids`, read in one visit to the catalog."""
-        found: dict[str, tuple[str | None, dict[str, list[Path]]]] = {run_id: (None, {}) for run_id in run_ids}
-        if not run_ids or not self.catalog_path.exists():
-            return found
-        with self.connect(read_only=True) as con:
-            if not _has_partitions(con):
-                return found
-            parts: dict[str, dict[str, list[Path]]] = {run_id: {} for run_id in run_ids}
-            for run_id, table, path in con.execute(
-                "select run_id, table_name, path from _partitions where list_contains($ids, run_id) "
-                "order by run_id, table_name, path",
-                {"ids": run_ids},
-            ).fetchall():
-                parts[run_id].setdefault(table, []).append(self.root / path)
-            runs_files = [str(path) for run in parts.values() for path in run.get("runs", [])]
-            keys: dict[str, str | None] = {}
-            if runs_files:
-                rows = con.sql(
-                    "select * from read_parquet($files, union_by_name = true)", params={"files": runs_files}
-                ).pl()
-                if "evaluation_key" in rows.columns:
-                    keys = dict(zip(rows["run_id"], rows["evaluation_key"], strict=True))
-        return {
-            run_id: (keys.get(run_id) if _one_transaction(parts[run_id]) else None, parts[run_id])
-            for run_id in run_ids
-        }
+    def state(self) -> State:
+        """The current state: the newest checkpoint, then every entry after it."""
+        deltas, checkpoints = self._entries()
+        if not deltas:
+            return State(None, 0, {}, [])
+        start = 0
+        runs: dict[str, RunState] = {}
+        superseded: list[dict] = []
+        warehouse_id = None
+        if checkpoints:
+            start = checkpoints[-1]
+            snapshot = self._read_entry(f"{start:020d}.checkpoint.json")
+            warehouse_id = snapshot["warehouse_id"]
+            runs = {run_id: _run_state(data) for run_id, data in snapshot["runs"].items()}
+            superseded = list(snapshot["superseded"])
+        expected = start + 1
+        for version in (v for v in deltas if v > start):
+            if version != expected:
+                raise DamagedLog(f"{self.log_dir}: log entry {expected:020d}.json is missing")
+            entry = self._read_entry(f"{version:020d}.json")
+            warehouse_id = warehouse_id or entry["warehouse_id"]
+            for run_id, change in entry["runs"].items():
+                before = runs.get(run_id)
+                tables = dict(before.tables) if before else {}
+                tables.update({t: [PartFile(**p) for p in parts] for t, parts in change["tables"].items()})
+                runs[run_id] = RunState(tables, change["evaluation_key"], change["source"], version)
+            superseded += [{"path": path, "at": entry["committed_at"]} for path in entry["superseded"]]
+            expected += 1
+        return State(warehouse_id, expected - 1, runs, superseded)
 
-    @staticmethod
-    def new_txn() -> str:
-        return f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    # ------------------------------------------------------------------ writing
 
     @contextmanager
-    def writing(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
-        """Hold the writer lock: a second writer waits, then refuses with a clear message."""
+    def transaction(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+                    retention: timedelta = DEFAULT_RETENTION) -> Iterator[Transaction]:
+        """The writer's transaction: holds the lock (a second writer waits, then refuses),
+        removes what dead writers left, and on its way out removes its own uncommitted files
+        and, past `retention`, files that commits superseded."""
+        with self.locked(timeout_s):
+            self.remove_dead_transactions()
+            txn = Transaction(self, self.state())
+            txn.start()
+            try:
+                yield txn
+            finally:
+                with interrupts_deferred():
+                    txn.end()
+                    self.vacuum(retention, locked=True)
+
+    @contextmanager
+    def locked(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             handle = open(self.root / LOCK_NAME, "a+")
@@ -122,150 +285,194 @@ class Warehouse:
                         ) from None
                     time.sleep(0.2)
             try:
-                self._committed = None
-                self.remove_unreferenced()  # leftovers of a writer that was killed
                 yield
             finally:
-                try:
-                    # superseded parts, and parts never committed; after a commit, what the
-                    # catalog references is known without opening it again (0.015-0.025 s)
-                    self.remove_unreferenced(self._still_committed())
-                finally:
-                    fcntl.flock(handle, fcntl.LOCK_UN)
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
-    @staticmethod
-    def sync(*paths: Path) -> None:
-        """Flush written parts to disk now, while other work runs: `commit` syncs every part
-        again, which costs nothing for a part already flushed (the 100k-case run's parts
-        took 0.03 s to flush at commit, after everything else)."""
-        for path in paths:
-            _fsync(path)
-
-    def commit(self, parts: dict[tuple[str, str], list[Path]]) -> None:
-        """Point the catalog at `parts` ((table, run_id) → its files) in one transaction;
-        a run's earlier files of those tables are no longer read. Called under `writing()`,
-        whose exit removes them."""
-        for paths in parts.values():
-            for path in paths:
-                _fsync(path)
-        con = self.connect(read_only=False, create=True)
+    def try_locked(self) -> bool:
+        """Whether no writer holds the lock now (then a short maintenance may take it)."""
         try:
-            con.execute("begin transaction")
-            con.execute(
-                "create table if not exists _partitions ("
-                " table_name varchar, run_id varchar, path varchar, primary key (table_name, path))"
-            )
-            for (table, run_id), paths in sorted(parts.items()):
-                con.execute(
-                    "delete from _partitions where table_name = $table and run_id = $run_id",
-                    {"table": table, "run_id": run_id},
-                )
-                for path in paths:
-                    con.execute(
-                        "insert into _partitions values ($table, $run_id, $path)",
-                        {"table": table, "run_id": run_id, "path": str(path.relative_to(self.root))},
-                    )
-            referenced: set[Path] = set()
-            for table in TABLES:
-                files = [
-                    str(self.root / row[0])
-                    for row in con.execute(
-                        "select path from _partitions where table_name = $table order by run_id, path",
-                        {"table": table},
-                    ).fetchall()
-                ]
-                if files:
-                    con.execute(_view_ddl(table, files))
-                referenced.update(map(Path, files))
-            con.execute("commit")
-        finally:
-            con.close()
-        self._committed = (self._catalog_stamp(), referenced)
+            with open(self.root / LOCK_NAME, "a+") as handle:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                return True
+        except (BlockingIOError, OSError):
+            return False
 
-    def _catalog_stamp(self) -> tuple[int, int, int]:
-        st = self.catalog_path.stat()
-        return st.st_ino, st.st_size, st.st_mtime_ns
-
-    def _still_committed(self) -> set[Path] | None:
-        """What this instance's last commit referenced, if the catalog is unchanged since."""
-        if self._committed is None or not self.catalog_path.exists():
-            return None
-        stamp, referenced = self._committed
-        return referenced if stamp == self._catalog_stamp() else None
-
-    def referenced(self) -> set[Path]:
-        if not self.catalog_path.exists():
-            return set()
-        with self.connect(read_only=True) as con:
-            if not _has_partitions(con):
-                return set()
-            return {self.root / row[0] for row in con.execute("select path from _partitions").fetchall()}
-
-    def remove_unreferenced(self, keep: set[Path] | None = None) -> None:
-        """Delete what no view points at: superseded parts, and parts and scratch folders
-        of a writer that failed or was killed. Only called under the writer lock."""
-        keep = self.referenced() if keep is None else keep
-        shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
+    def _own_files(self, txn_id: str) -> Iterator[Path]:
+        marker = f"part-{txn_id}-"
         for table in TABLES:
             for folder in (self.root / table).glob("run_id=*"):
                 for part in folder.iterdir():
-                    if part not in keep:
-                        part.unlink(missing_ok=True)
-                if not any(folder.iterdir()):
-                    folder.rmdir()
+                    if part.name.startswith(marker):
+                        yield part
 
-    def connect(self, read_only: bool = True, create: bool = False) -> duckdb.DuckDBPyConnection:
-        """A connection to the catalog; waits briefly while another process holds it."""
-        if not create and not self.catalog_path.exists():
-            raise InputError(f"{self.catalog_path}: no catalog yet (run `retrieval-eval run` first)")
-        deadline = time.monotonic() + CATALOG_WAIT_S
-        while True:
+    def remove_dead_transactions(self) -> None:
+        """Files of transactions that began and never ended (their writer died): removed,
+        unless committed. Called under the lock, so no such writer is alive."""
+        pending = self.log_dir / PENDING
+        if not pending.is_dir():
+            return
+        referenced = None
+        for marker in pending.glob("*.json"):
+            referenced = self.state().referenced() if referenced is None else referenced
+            self._remove_uncommitted(marker.stem, referenced)
+            marker.unlink(missing_ok=True)
+        shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
+
+    def _remove_uncommitted(self, txn_id: str, referenced: set[str]) -> None:
+        for part in self._own_files(txn_id):
+            if str(part.relative_to(self.root)) not in referenced:
+                part.unlink(missing_ok=True)
+        shutil.rmtree(self.root / SCRATCH / txn_id, ignore_errors=True)
+        _remove_empty_folders(self.root)
+
+    def vacuum(self, retention: timedelta = DEFAULT_RETENTION, *, locked: bool = False) -> list[str]:
+        """Delete files that a committed transaction superseded more than `retention` ago
+        (a reader that started before a commit finishes); returns what was deleted."""
+        if not locked:
+            with self.locked():
+                self.remove_dead_transactions()
+                return self.vacuum(retention, locked=True)
+        state = self.state()
+        referenced = state.referenced()
+        limit = datetime.now(UTC) - retention
+        deleted = []
+        for item in state.superseded:
+            if item["path"] in referenced or datetime.fromisoformat(item["at"]) > limit:
+                continue
+            path = self.root / item["path"]
+            if path.exists():
+                path.unlink()
+                deleted.append(item["path"])
+        _remove_empty_folders(self.root)
+        return deleted
+
+
+class Transaction:
+    """One writer's changes, visible only once `commit` writes its log entry."""
+
+    def __init__(self, warehouse: Warehouse, state: State):
+        self.warehouse = warehouse
+        self.state = state
+        self.id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.committed: State | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.warehouse.root
+
+    def start(self) -> None:
+        pending = self.warehouse.log_dir / PENDING
+        pending.mkdir(parents=True, exist_ok=True)
+        (pending / f"{self.id}.json").write_text(json.dumps({"txn": self.id, "started_at": _now(), "pid": os.getpid()}))
+
+    def end(self) -> None:
+        """Remove what this transaction wrote and did not commit, and its marker."""
+        referenced = (self.committed or self.state).referenced()
+        self.warehouse._remove_uncommitted(self.id, referenced)
+        (self.warehouse.log_dir / PENDING / f"{self.id}.json").unlink(missing_ok=True)
+
+    def scratch(self, run_id: str) -> Path:
+        return scratch_dir(self.root, self.id, run_id)
+
+    def commit(self, runs: dict[str, RunCommit]) -> State:
+        """Make `runs` visible in one log entry; returns the new state."""
+        with interrupts_deferred():
+            return self._commit(runs)
+
+    def _commit(self, runs: dict[str, RunCommit]) -> State:
+        state = self.state
+        for change in runs.values():
+            for parts in change.tables.values():
+                for part in parts:
+                    _fsync(self.root / part.path)
+        superseded = sorted(
+            {
+                part.path
+                for run_id, change in runs.items()
+                if run_id in state.runs
+                for table, part in state.runs[run_id].files()
+                if table in change.tables
+            }
+            - {part.path for change in runs.values() for parts in change.tables.values() for part in parts}
+        )
+        version = state.version + 1
+        entry = {
+            "format": LOG_FORMAT,
+            "version": version,
+            "txn": self.id,
+            "warehouse_id": state.warehouse_id or uuid.uuid4().hex,
+            "committed_at": _now(),
+            "tool_version": __version__,
+            "runs": {
+                run_id: {
+                    "tables": {t: [p.to_json() for p in parts] for t, parts in sorted(change.tables.items())},
+                    "evaluation_key": change.evaluation_key,
+                    "source": change.source,
+                }
+                for run_id, change in sorted(runs.items())
+            },
+            "superseded": superseded,
+        }
+        self.warehouse.log_dir.mkdir(parents=True, exist_ok=True)
+        write_new_file(self.warehouse.log_dir / f"{version:020d}.json", json.dumps(entry, sort_keys=True))
+        self.committed = self.warehouse.state()
+        if version % CHECKPOINT_EVERY == 0:
+            write_checkpoint(self.warehouse, self.committed)
+        return self.committed
+
+
+def write_checkpoint(warehouse: Warehouse, state: State) -> None:
+    """The whole state at its version, so that readers do not fold every entry; superseded
+    files already deleted are left out."""
+    snapshot = {
+        "format": LOG_FORMAT,
+        "version": state.version,
+        "warehouse_id": state.warehouse_id,
+        "runs": {
+            run_id: {
+                "tables": {t: [p.to_json() for p in parts] for t, parts in sorted(run.tables.items())},
+                "evaluation_key": run.evaluation_key,
+                "source": run.source,
+                "version": run.version,
+            }
+            for run_id, run in sorted(state.runs.items())
+        },
+        "superseded": [item for item in state.superseded if (warehouse.root / item["path"]).exists()],
+    }
+    path = warehouse.log_dir / f"{state.version:020d}.checkpoint.json"
+    if not path.exists():
+        write_new_file(path, json.dumps(snapshot, sort_keys=True))
+
+
+def _run_state(data: dict) -> RunState:
+    return RunState(
+        {t: [PartFile(**p) for p in parts] for t, parts in data["tables"].items()},
+        data["evaluation_key"],
+        data["source"],
+        data["version"],
+    )
+
+
+def new_part(root: Path, txn_id: str, table: str, run_id: str) -> Path:
+    """A fresh, not yet visible file for one table's part of one run: a task computed again
+    (a Dask worker lost) writes a new file, never over one another task reads."""
+    folder = root / table / f"run_id={run_id}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / f"part-{txn_id}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def scratch_dir(root: Path, txn_id: str, run_id: str) -> Path:
+    folder = root / SCRATCH / txn_id / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _remove_empty_folders(root: Path) -> None:
+    for table in TABLES:
+        for folder in (root / table).glob("run_id=*"):
             try:
-                return duckdb.connect(str(self.catalog_path), read_only=read_only)
-            except duckdb.IOException as error:
-                if "lock" not in str(error).lower() or time.monotonic() >= deadline:
-                    raise InputError(f"{self.catalog_path}: cannot open ({error})") from None
-                time.sleep(0.1)
-
-    def run_ids(self) -> list[str]:
-        with self.connect() as con:
-            if not _has_partitions(con):
-                return []
-            rows = con.execute(
-                "select distinct run_id from _partitions where table_name = 'runs' order by run_id"
-            ).fetchall()
-        return [row[0] for row in rows]
-
-
-def _one_transaction(parts: dict[str, list[Path]]) -> bool:
-    """Whether every file was written by one transaction (`part-<txn>-<index>.parquet`)."""
-    return len({path.name.rsplit("-", 1)[0] for paths in parts.values() for path in paths}) == 1
-
-
-def _has_partitions(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(
-        con.execute(
-            "select count(*) from duckdb_tables() where table_name = '_partitions'"
-        ).fetchone()[0]
-    )
-
-
-def _view_ddl(table: str, files: list[str]) -> str:
-    # DuckDB refuses bind parameters in CREATE VIEW, and the view must hold absolute paths
-    # (relative ones resolve against the reader's working directory). So the file list is a
-    # literal rendered and quoted by DuckDB itself; `table` is one of the fixed TABLES.
-    if table not in TABLES:
-        raise ValueError(f"unknown table {table!r}")
-    files_literal = str(duckdb.ConstantExpression(files))
-    return (
-        "create or replace view " + table + " as select * from read_parquet("
-        + files_literal + ", union_by_name = true)"
-    )
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+                folder.rmdir()  # only when empty
+            except OSError:
+                pass

@@ -1,4 +1,6 @@
--- gold_ids: one row per gold id written in a run's cases file, in either gold field.
+-- gold_ids: one row per gold id written in a run's cases file, in any gold field
+-- (`relevance` counts every graded card, whatever its grade).
+-- Parameters: $path (the cases file), $run_id. Grain: (run_id, case_id, field, gold_id), unordered.
 -- Columns: run_id, case_id, field, gold_id
 with records as (
     select *
@@ -6,7 +8,12 @@ with records as (
         $path,
         format = 'newline_delimited',
         compression = 'auto_detect',
-        columns = {case_id: 'VARCHAR', must_cite_one_of: 'VARCHAR[]', relevant_ids: 'VARCHAR[]'}
+        columns = {
+            case_id: 'VARCHAR',
+            must_cite_one_of: 'VARCHAR[]',
+            relevant_ids: 'VARCHAR[]',
+            relevance: 'MAP(VARCHAR, BIGINT)'
+        }
     )
 ),
 
@@ -15,6 +22,9 @@ final as (
     from records
     union all
     select $run_id, case_id, 'relevant_ids', unnest(relevant_ids)
+    from records
+    union all
+    select $run_id, case_id, 'relevance', unnest(map_keys(relevance))
     from records
 )
 

@@ -7,14 +7,12 @@ import gzip
 import json
 
 import pytest
+from builders import case, chunk, evaluate, job_options, reader, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from flows.pipeline import EvaluationOptions, evaluate
-from flows.warehouse import Warehouse
-from tests.conftest import case, chunk, write_run
-from transforms.errors import InputError, RejectedRecords
-from transforms.records import record_problem
+from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.transforms.errors import InputError, RejectedRecords
+from retrieval_eval.transforms.records import record_problem
 
 GOOD = json.dumps(case("good", [chunk("A::00", "A", 0.9)], ["A"]))
 
@@ -25,7 +23,7 @@ def good_line(case_id: str) -> str:
 
 def run_lines(tmp_path, lines: list[str], allow_rejects: bool = False) -> Warehouse:
     write_run(tmp_path / "runs", "run-a", lines=lines)
-    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh", allow_rejects=allow_rejects))
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", allow_rejects=allow_rejects))
     return Warehouse(tmp_path / "wh")
 
 
@@ -66,7 +64,7 @@ def test_bad_record_is_refused_with_file_line_and_reason(tmp_path, name):
     message = str(refused.value)
     assert "cases.jsonl:2: " in message and reason in message
     # Strict mode loads nothing of the run, but the rejected record lands in `rejects`.
-    with Warehouse(tmp_path / "wh").connect() as con:
+    with reader(tmp_path / "wh") as con:
         rejects = con.table("rejects").pl()
         loaded = con.execute("select count(*) from duckdb_views() where view_name = 'cases'").fetchone()[0]
     assert rejects.select("line", "raw").rows() == [(2, bad)]
@@ -78,7 +76,7 @@ def test_bad_record_is_refused_with_file_line_and_reason(tmp_path, name):
 def test_allow_rejects_loads_the_valid_records(tmp_path, name):
     bad, _reason = BAD_LINES[name]
     wh = run_lines(tmp_path, [GOOD, bad, good_line("other")], allow_rejects=True)
-    with wh.connect() as con:
+    with reader(wh) as con:
         cases = con.table("cases").pl()
         runs = con.table("runs").pl()
         rejects = con.table("rejects").pl()
@@ -89,7 +87,7 @@ def test_allow_rejects_loads_the_valid_records(tmp_path, name):
 def test_a_record_split_over_two_lines_is_two_rejected_lines(tmp_path):
     # Arrow's reader would join them into one record; each line is judged on its own.
     wh = run_lines(tmp_path, [GOOD, '{"case_id": "x",', '"locale": "en", "category": "g"}'], allow_rejects=True)
-    with wh.connect() as con:
+    with reader(wh) as con:
         assert [line for (line,) in con.execute("select line from rejects order by line").fetchall()] == [2, 3]
         assert con.table("cases").pl()["case_id"].to_list() == ["good"]
 
@@ -97,14 +95,14 @@ def test_a_record_split_over_two_lines_is_two_rejected_lines(tmp_path):
 def test_a_file_opening_with_null_is_rejected_not_a_crash(tmp_path):
     # pyarrow 26's JSON reader crashes the process on a first value of null: it is never given one.
     wh = run_lines(tmp_path, ["null", GOOD], allow_rejects=True)
-    with wh.connect() as con:
+    with reader(wh) as con:
         assert con.execute("select line, reason from rejects").fetchall() == [(1, "record is a JSON null, not an object")]
         assert con.table("cases").pl()["case_id"].to_list() == ["good"]
 
 
 def test_a_run_whose_every_record_is_rejected_loads_empty_tables(tmp_path):
     wh = run_lines(tmp_path, ["[1]", '{"case_id": 5}'], allow_rejects=True)
-    with wh.connect() as con:
+    with reader(wh) as con:
         assert con.execute("select n_cases, n_rejected from runs").fetchall() == [(0, 2)]
         for table in ("cases", "retrieved", "case_metrics", "aggregates"):  # every view exists, empty
             assert con.table(table).pl().height == 0, table
@@ -112,7 +110,7 @@ def test_a_run_whose_every_record_is_rejected_loads_empty_tables(tmp_path):
 
 def test_blank_lines_are_skipped_not_rejected(tmp_path):
     wh = run_lines(tmp_path, [GOOD, "", "   ", good_line("other")])
-    with wh.connect() as con:
+    with reader(wh) as con:
         assert con.table("cases").pl().height == 2
         assert con.table("rejects").pl().height == 0
 
@@ -120,7 +118,7 @@ def test_blank_lines_are_skipped_not_rejected(tmp_path):
 def test_unicode_is_kept(tmp_path):
     line = json.dumps(case("pt-ação-1", [chunk("cartão::00", "cartão")], ["cartão"], locale="pt-BR"), ensure_ascii=False)
     wh = run_lines(tmp_path, [line])
-    with wh.connect() as con:
+    with reader(wh) as con:
         assert con.table("case_metrics").pl()["case_id"].to_list() == ["pt-ação-1"]
 
 
@@ -130,9 +128,9 @@ def test_gzip_cases_file_is_read(tmp_path):
     with gzip.open(run_dir / "cases.jsonl.gz", "wt", encoding="utf-8") as out:
         out.write(GOOD + "\nnot json\n")
     with pytest.raises(RejectedRecords, match=r"cases.jsonl.gz:2: not valid JSON"):
-        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
-    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh", allow_rejects=True))
-    with Warehouse(tmp_path / "wh").connect() as con:
+        evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", allow_rejects=True))
+    with reader(tmp_path / "wh") as con:
         assert con.table("cases").pl()["case_id"].to_list() == ["good"]
 
 
@@ -147,7 +145,9 @@ def test_empty_cases_file_is_refused(tmp_path):
         ("{not json", "not valid JSON"),
         (json.dumps({"run_id": "other", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "differs from its folder"),
         (json.dumps({"run_id": "run-a", "created_at": "yesterday", "retrieval_top_k": 4}), "created_at must be an ISO 8601"),
-        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 0}), "retrieval_top_k must be an integer >= 1"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 0}), r"retrieval_top_k must be an integer in \[1, 2147483647\], got 0"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 2**63}), r"retrieval_top_k must be an integer in \[1, 2147483647\], got 9223372036854775808"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": "4"}), r"retrieval_top_k must be an integer"),
         (json.dumps({"run_id": "../x", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
         (json.dumps({"run_id": "", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
         (json.dumps({"run_id": "a/b", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
@@ -157,7 +157,7 @@ def test_bad_manifest_is_refused_before_anything_is_written(tmp_path, manifest, 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
     (run_dir / "manifest.json").write_text(manifest)
     with pytest.raises(InputError, match=reason) as refused:
-        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+        evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
     assert "manifest.json" in str(refused.value)
     assert not (tmp_path / "wh").exists()
 
@@ -167,7 +167,7 @@ def test_missing_manifest_is_refused(tmp_path):
     (run_dir / "manifest.json").unlink()
     (tmp_path / "runs" / "run-b").mkdir()
     with pytest.raises(InputError, match="manifest.json: missing"):
-        evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
+        evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
 
 
 def _refuse(name: str):
@@ -211,7 +211,7 @@ def test_fuzzed_lines_are_all_accounted_for(tmp_path_factory, lines):
     except InputError as error:  # the only refusal left with --allow-rejects: nothing valid at all
         assert "holds no records" in str(error)
         return
-    with wh.connect() as con:
+    with reader(wh) as con:
         n_cases = con.table("cases").pl().height
         rejects = con.table("rejects").pl()
     n_blank = sum(1 for line in written if not line.strip(" \t\r\n"))  # JSON whitespace only: NBSP is not blank
@@ -230,13 +230,79 @@ def test_fuzzed_lines_are_all_accounted_for(tmp_path_factory, lines):
 
 
 def test_clean_gzip_cases_file_takes_the_fast_path(tmp_path, monkeypatch):
-    import transforms.ingest as ingest
+    import retrieval_eval.flows.ingest as ingest
 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
     (run_dir / "cases.jsonl").unlink()
     with gzip.open(run_dir / "cases.jsonl.gz", "wt", encoding="utf-8") as out:
         out.write(GOOD + "\n" + good_line("other") + "\n")
     monkeypatch.setattr(ingest, "split_records", lambda *a, **k: pytest.fail("took the line-by-line path"))
-    evaluate(EvaluationOptions(runs=tmp_path / "runs", warehouse=tmp_path / "wh"))
-    with Warehouse(tmp_path / "wh").connect() as con:
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    with reader(tmp_path / "wh") as con:
         assert sorted(r[0] for r in con.execute("select case_id from cases").fetchall()) == ["good", "other"]
+
+
+NOT_JSON_ANYWHERE = {
+    "nan_in_an_ignored_field": b'"answer_score": NaN',
+    "infinity_in_an_ignored_field": b'"answer_score": Infinity',
+    "minus_infinity_in_metadata": b'"metadata": {"x": -Infinity}',
+    "invalid_utf8_in_an_ignored_field": b'"answer": "caf\xe9"',
+}
+
+
+@pytest.mark.parametrize("spoil", NOT_JSON_ANYWHERE.values(), ids=NOT_JSON_ANYWHERE.keys())
+def test_a_record_gets_one_verdict_in_a_clean_file_and_beside_a_bad_line(tmp_path, spoil):
+    # SPEC 6: NaN, Infinity or invalid UTF-8 anywhere on a line makes it not JSON, whichever
+    # reading path meets it. Arrow's reader takes them in fields it ignores; the file's facts
+    # send such a file to the line-by-line rules.
+    odd = GOOD.replace('"good"', '"odd"').encode()[:-1] + b", " + spoil + b"}"
+    verdicts = []
+    for name, neighbours in (("clean", []), ("beside-a-bad-line", [b'{"case_id": "x",'])):
+        lines = [GOOD.encode(), odd, *neighbours]
+        run_dir = tmp_path / name / "runs" / "run-a"
+        write_run(tmp_path / name / "runs", "run-a", lines=[])
+        (run_dir / "cases.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+        evaluate(job_options(tmp_path / name / "runs", tmp_path / name / "wh", allow_rejects=True))
+        with reader(tmp_path / name / "wh") as con:
+            loaded = {row[0] for row in con.execute("select case_id from cases").fetchall()}
+            rejected = {row[0]: row[1] for row in con.execute("select line, reason from rejects").fetchall()}
+        verdicts.append(("odd" in loaded, rejected.get(2)))
+    assert verdicts[0] == verdicts[1]
+    assert verdicts[0][0] is False and verdicts[0][1].startswith("not valid")
+
+
+def test_nan_written_inside_text_is_text(tmp_path):
+    # The facts cannot tell a token from text, so the file is judged line by line: loaded.
+    quoted = json.dumps(case("quoted", [chunk("A::00", "A")], ["A"], answer="NaN and Infinity are words here"))
+    write_run(tmp_path / "runs", "run-a", lines=[GOOD, quoted])
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    with reader(tmp_path / "wh") as con:
+        assert con.execute("select count(*) from cases").fetchone() == (2,)
+
+
+def test_both_a_cases_file_and_its_gzip_are_refused_before_any_work(tmp_path):
+    run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    (run_dir / "cases.jsonl.gz").write_bytes(gzip.compress((GOOD + "\n").encode()))
+    with pytest.raises(InputError, match="holds both cases.jsonl and cases.jsonl.gz"):
+        evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    assert not (tmp_path / "wh").exists()
+
+
+def test_a_kb_that_was_given_and_does_not_exist_is_refused_before_any_work(tmp_path):
+    from builders import cli
+
+    write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    result = cli("run", "runs", "--kb", "data/kb/crads.jsonl", "--warehouse", "wh", "--report-dir", "rep", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "data/kb/crads.jsonl: no such knowledge base file" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "wh").exists()
+
+
+def test_runs_are_ordered_by_the_instant_of_created_at(tmp_path):
+    # "2026-11-02T01:00:00+05:00" is 2026-11-01T20:00Z: earlier than "2026-11-01T22:00:00Z",
+    # though its text sorts after it.
+    write_run(tmp_path / "runs", "offset", lines=[GOOD], created_at="2026-11-02T01:00:00+05:00")
+    write_run(tmp_path / "runs", "utc", lines=[good_line("other")], created_at="2026-11-01T22:00:00Z")
+    result = evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    assert [run.run_id for run in result.report.report.runs] == ["offset", "utc"]
+    assert result.report.report.runs[-1].run_id == "utc"  # the newest, detailed and gated

@@ -1,17 +1,15 @@
-"""Reading a cases file ahead of its consumer (transforms/case_file.py): the read started
-before the engines are imported is the one the pipeline takes, gives the same batches as a
-read started on demand, and is stopped when nothing takes it."""
+"""One read of a cases file (flows/case_file.py): the read the CLI starts before the engines
+are imported is the one the first ingest takes and gives what a read started on demand gives;
+a read nobody takes is stopped; its facts tell what JSON forbids and Arrow would take."""
 
 import json
 import threading
 
 import pyarrow as pa
 import pytest
-
-from tests.conftest import case, write_run
-from transforms import case_file
-
-STOP = threading.Event()
+from builders import case, write_run
+from retrieval_eval.flows.case_file import CaseFileRead, Prefetch, scan_facts
+from retrieval_eval.transforms.staging import NotClean
 
 
 def _cases_file(tmp_path, n: int = 30):
@@ -20,42 +18,68 @@ def _cases_file(tmp_path, n: int = 30):
     return write_run(tmp_path / "runs", "run-a", lines=lines) / "cases.jsonl"
 
 
-def _read_all(path, batch_items: int) -> pa.Table:
-    tables = list(case_file.batches(path, case_file.BLOCK_BYTES, batch_items, STOP))
+def _read_all(read: CaseFileRead, batch_items: int) -> pa.Table:
+    with read:
+        tables = list(read.tables(batch_items))
     assert all(t.num_rows for t in tables)
     return pa.concat_tables(tables)
 
 
-def _read_ahead_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "read-ahead"]
+def _reading_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name in ("parse", "scan")]
 
 
 def test_a_read_started_ahead_is_taken_over_and_reads_the_same_cases(tmp_path):
     path = _cases_file(tmp_path)
-    on_demand = _read_all(path, batch_items=10)  # 4 items a case: tables of 3 cases
-    with case_file.reading_ahead(path):
-        assert len(case_file._started) == 1
-        ahead = _read_all(path, batch_items=10)
-        assert case_file._started == {}  # taken over, not read a second time
+    on_demand = _read_all(CaseFileRead(path), batch_items=10)  # 4 items a case: tables of 3 cases
+    with Prefetch(path) as prefetch:
+        read = prefetch.take(path)
+        assert read is not None and prefetch.take(path) is None  # handed over once
+        ahead = _read_all(read, batch_items=10)
     assert ahead.equals(on_demand)
     assert ahead.column("case_id").to_pylist() == [f"c{i}" for i in range(30)]
 
 
-def test_a_read_nobody_takes_is_stopped_at_the_end_of_the_block(tmp_path):
+def test_a_read_nobody_takes_is_stopped_with_its_prefetch(tmp_path):
     path = _cases_file(tmp_path)
-    with case_file.reading_ahead(path):
-        assert _read_ahead_threads()
-    assert case_file._started == {} and not _read_ahead_threads()
-    with case_file.reading_ahead(path):
-        case_file.discard(path)  # a reused run says so before the block ends
-        assert case_file._started == {} and not _read_ahead_threads()
-    with case_file.reading_ahead(path), case_file.reading_ahead(path):  # started twice: one read
-        assert len(_read_ahead_threads()) == 1
-    assert case_file._started == {} and not _read_ahead_threads()
+    with Prefetch(path) as prefetch:
+        started = prefetch._read
+        assert started is not None and started.path == path
+    assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
+    assert not _reading_threads()
+    with Prefetch(path) as prefetch:
+        started = prefetch._read
+        assert prefetch.take(tmp_path / "another.jsonl") is None  # another file: the read is stopped
+        assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
 
 
-def test_a_refusal_met_ahead_is_raised_where_the_batches_are_taken(tmp_path):
+def test_a_refusal_met_ahead_is_raised_where_the_tables_are_taken(tmp_path):
     path = tmp_path / "cases.jsonl"
     path.write_text('null\n{"case_id": "c1"}\n')  # pyarrow would crash on a first value null
-    with case_file.reading_ahead(path), pytest.raises(case_file.NotClean):
-        list(case_file.batches(path, case_file.BLOCK_BYTES, 10, STOP))
+    with CaseFileRead(path) as read, pytest.raises(NotClean):
+        list(read.tables(10))
+
+
+@pytest.mark.parametrize("text, json_only", [
+    (b'{"a": 1}\n{"b": "caf\xc3\xa9"}\n', True),
+    (b'{"a": NaN}\n', False),
+    (b'{"a": -Infinity}\n', False),
+    (b'{"a": "\xff"}\n', False),
+    (b'{"a": "NaN in text counts too: the exact rules then judge"}\n', False),
+    (b'{"a": "caf\xc3', False),  # a character cut off by the end of the file
+])
+def test_the_facts_tell_what_json_forbids(tmp_path, text, json_only):
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes(text)
+    assert scan_facts(path).json_only is json_only
+
+
+def test_a_token_split_across_blocks_is_seen(tmp_path, monkeypatch):
+    import retrieval_eval.flows.case_file as case_file
+
+    monkeypatch.setattr(case_file, "BLOCK_BYTES", 8)
+    path = tmp_path / "cases.jsonl"
+    path.write_bytes(b'{"ab": Infinity}\n')  # "Infinity" straddles the 8-byte blocks
+    assert scan_facts(path).json_only is False
+    path.write_bytes('{"a": "ééééé"}\n'.encode())  # two-byte characters cut by the blocks
+    assert scan_facts(path).json_only is True

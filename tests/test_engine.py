@@ -1,8 +1,9 @@
-"""engine.write_parquet: every column type the warehouse writes comes back as it went in."""
+"""engine.write_parquet: every column type the warehouse writes comes back as it went in, and
+the record it returns (size, rows, BLAKE3) is the file's."""
 
 import polars as pl
-
-from transforms import engine
+from blake3 import blake3
+from retrieval_eval.flows import engine
 
 
 def test_parquet_round_trip_of_flat_and_nested_strings(tmp_path):
@@ -18,5 +19,7 @@ def test_parquet_round_trip_of_flat_and_nested_strings(tmp_path):
     )
     for name, dictionary in (("all.parquet", True), ("ids.parquet", ["case_id"])):
         path = tmp_path / name
-        engine.write_parquet(frame, path, compression="lz4", dictionary=dictionary)
+        part = engine.write_parquet(frame, path, tmp_path, compression="lz4", dictionary=dictionary)
         assert pl.read_parquet(path).equals(frame)
+        assert part.path == name and part.rows == 3
+        assert part.bytes == path.stat().st_size and part.blake3 == blake3(path.read_bytes()).hexdigest()

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-
-from flows.pipeline import EvaluationOptions, evaluate
-from flows.warehouse import Warehouse
-from transforms.aggregates import aggregates, merge_partials, slice_partials
+from builders import evaluate, job_options, reader
+from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.transforms.aggregates import (
+    aggregates,
+    merge_partials,
+    slice_partials,
+)
 
 AD_HOC_SQL = """
     select run_id, k, 'locale' as slice, locale as slice_value, avg(ndcg_at_k) as mean, count(*) as n
@@ -20,15 +23,15 @@ AD_HOC_SQL = """
 
 @pytest.fixture(scope="module")
 def sample_warehouse(tmp_path_factory):
-    from tests.conftest import SAMPLE_RUNS
+    from builders import SAMPLE_RUNS
 
     root = tmp_path_factory.mktemp("wh")
-    evaluate(EvaluationOptions(runs=SAMPLE_RUNS, warehouse=root, ks=(1, 3, 10)))
+    evaluate(job_options(SAMPLE_RUNS, root, ks=(1, 3, 10)))
     return Warehouse(root)
 
 
 def test_polars_aggregates_agree_with_duckdb_sql(sample_warehouse):
-    with sample_warehouse.connect() as con:
+    with reader(sample_warehouse) as con:
         ours = con.table("aggregates").pl().filter(
             (pl.col("metric") == "ndcg_at_k") & pl.col("slice").is_in(["all", "locale"])
         )
@@ -40,7 +43,7 @@ def test_polars_aggregates_agree_with_duckdb_sql(sample_warehouse):
 
 
 def test_partitioned_partial_sums_equal_the_whole(sample_warehouse):
-    with sample_warehouse.connect() as con:
+    with reader(sample_warehouse) as con:
         metrics = con.table("case_metrics").pl()
     whole = aggregates(slice_partials(metrics))
     thirds = metrics.with_columns((pl.int_range(pl.len()) % 3).alias("part")).partition_by("part")

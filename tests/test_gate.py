@@ -5,16 +5,12 @@ in the baseline (hit = recall = nDCG = RR per case, so every gated metric moves 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-
-from flows.gating import gate_run, refresh_baseline
-from flows.pipeline import EvaluationOptions, evaluate
-from flows.warehouse import Warehouse
-from tests.conftest import case, chunk, write_run
-from transforms.gate import suggest_floors
+from builders import case, chunk, cli, evaluate, job_options, write_run
+from retrieval_eval.flows.gating import GateOptions, gate_run, refresh_baseline
+from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.transforms.gate import suggest_floors
 
 LOCALES = ("en", "es-419")
 N_PER_LOCALE, HITS_PER_LOCALE = 100, 80
@@ -46,15 +42,15 @@ def gate(tmp_path):
     warehouse = Warehouse(tmp_path / "wh")
     runs = tmp_path / "runs"
     write_run(runs, "base", cases(), created_at="2026-11-01T00:00:00Z")
-    evaluate(EvaluationOptions(runs=runs / "base", warehouse=warehouse.root))
+    evaluate(job_options(runs / "base", warehouse.root))
     baseline = tmp_path / "baseline.json"
     refresh_baseline(warehouse, "base", baseline)
 
     def run(candidate: list[dict], **options):
         write_run(runs, "cand", candidate, created_at="2026-11-02T00:00:00Z")
-        evaluate(EvaluationOptions(runs=runs / "cand", warehouse=warehouse.root))
+        evaluate(job_options(runs / "cand", warehouse.root))
         settings = {"tolerance": 0.05, "locale_tolerance": 0.08, "floors": {}} | options
-        return gate_run(warehouse, "cand", baseline, **settings)
+        return gate_run(warehouse.state(), "cand", GateOptions(baseline, warehouse.root, **settings))
 
     run.baseline = baseline
     run.warehouse = warehouse
@@ -113,7 +109,7 @@ def test_floors_are_off_unless_given(gate):
 
 
 def test_improvement_passes_and_suggests_a_refresh(gate):
-    from transforms.report_render import render_gate
+    from retrieval_eval.transforms.report_render import render_gate
 
     result = gate(cases(hits_added={"en": 15, "es-419": 15}))
     assert result.passed and result.improved
@@ -128,10 +124,16 @@ def test_vacuous_run_fails_with_that_word(gate):
 
 
 def test_cases_added_and_removed_are_listed_and_pairing_uses_the_shared_ones(gate):
-    result = gate(cases(drop={"en-000", "es-419-099"}, extra=("en-new",)))
+    candidate = cases(drop={"en-000", "es-419-099"}, extra=("en-new",))
+    result = gate(candidate, allow_missing_cases=True)
+    assert result.passed
     assert result.added == ["en-new"] and result.removed == ["en-000", "es-419-099"]
     all_hit = next(l for l in result.lines if (l.slice, l.metric) == ("all", "hit_at_k"))
     assert all_hit.n_current == 199 and all_hit.delta_ci == (0.0, 0.0)
+    # Without --allow-missing-cases the two cases the gate never saw fail it.
+    strict = gate(candidate)
+    assert not strict.passed
+    assert any("2 case(s) of the baseline are missing from cand (en-000, es-419-099)" in r for r in strict.failures)
 
 
 def test_small_slices_warn_that_the_tolerance_is_not_detectable(gate):
@@ -146,7 +148,7 @@ def test_refresh_is_byte_identical_from_the_same_run(gate, tmp_path):
     refresh_baseline(gate.warehouse, "base", again)
     assert again.read_bytes() == gate.baseline.read_bytes()
     # A fresh warehouse built from the same artifacts gives the same bytes too.
-    evaluate(EvaluationOptions(runs=tmp_path / "runs" / "base", warehouse=tmp_path / "wh2"))
+    evaluate(job_options(tmp_path / "runs" / "base", tmp_path / "wh2"))
     fresh = tmp_path / "fresh.json"
     refresh_baseline(Warehouse(tmp_path / "wh2"), "base", fresh)
     assert fresh.read_bytes() == gate.baseline.read_bytes()
@@ -168,10 +170,6 @@ def test_floor_suggestion_is_observed_minus_margin(gate):
     snapshot = json.loads(gate.baseline.read_text())
     # Baseline hit on all = 160 / 200 = 0.80 → 0.80 − 0.05 = 0.75.
     assert suggest_floors(snapshot, 0.05) == {"hit_at_k": 0.75, "recall_at_k": 0.75}
-
-
-def cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=cwd, capture_output=True, text=True)
 
 
 def test_gate_cli_exit_codes(gate, tmp_path):
@@ -204,7 +202,80 @@ def test_check_kb_lists_each_offending_case_and_id(tmp_path):
 
 
 def test_check_kb_passes_on_the_committed_sample(tmp_path):
-    from tests.conftest import REPO
+    from builders import REPO
 
     result = cli("check-kb", cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("spoil, message", [
+    (lambda b: b | {"aggregates": []}, "aggregates: must hold at least one"),
+    (lambda b: b | {"cases": {}}, "cases: must hold at least one case"),
+    (lambda b: b | {"aggregates": [b["aggregates"][0] | {"mean": None}, *b["aggregates"][1:]]},
+     "aggregates[0].mean: must be a number in [0, 1], got null"),
+    (lambda b: {key: value for key, value in b.items() if key != "k"}, "k: required"),
+    (lambda b: b | {"aggregates": [b["aggregates"][0] | {"metric": "map"}]}, "aggregates[0].metric: must be one of"),
+    (lambda b: b | {"extra": 1}, "extra: unknown field"),
+    (lambda b: b | {"k": 7}, "has no metrics at k=7"),
+])
+def test_a_malformed_or_empty_baseline_is_refused_naming_the_field(gate, tmp_path, spoil, message):
+    gate(cases())
+    spoiled = tmp_path / "spoiled.json"
+    spoiled.write_text(json.dumps(spoil(json.loads(gate.baseline.read_text()))))
+    result = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", str(spoiled), cwd=tmp_path)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert "PASS" not in result.stdout
+
+
+def test_a_run_without_a_labelled_case_makes_no_baseline(tmp_path):
+    write_run(tmp_path / "runs", "unlabelled", [case("u", [chunk("A::00", "A")])])
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    result = cli("baseline", "refresh", "unlabelled", "--warehouse", str(tmp_path / "wh"),
+                 "--out", str(tmp_path / "b.json"), cwd=tmp_path)
+    assert result.returncode == 2 and "has no labelled case" in result.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+def test_rejected_records_cannot_hide_a_regression(sample_copy, tmp_path):
+    # The pt-BR regression fails the gate; give its missed pt-BR cases a NaN score, load the run
+    # with --allow-rejects, and the cases it lost are missing, not passing.
+    from builders import SAMPLE_BASELINE
+
+    root = sample_copy.parent
+    cases_file = sample_copy / "runs" / "2026-11-23-hybrid-rerank-ptbr-regression" / "cases.jsonl"
+    lines = cases_file.read_text().splitlines()
+    baseline = json.loads(SAMPLE_BASELINE.read_text())
+    spoiled = 0
+    for i, line in enumerate(lines):
+        record = json.loads(line)
+        before = baseline["cases"].get(record["case_id"])
+        if record["locale"] == "pt-BR" and before and before["hit_at_k"] == 1.0:
+            lines[i] = line.replace('"score": ', '"score": NaN, "was": ', 1)
+            spoiled += 1
+    assert spoiled >= 22
+    cases_file.write_text("\n".join(lines) + "\n")
+    ran = cli("run", "--allow-rejects", "--baseline", str(SAMPLE_BASELINE), cwd=root)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    gated = cli("gate", "2026-11-23-hybrid-rerank-ptbr-regression", "--baseline", str(SAMPLE_BASELINE), cwd=root)
+    assert gated.returncode == 1
+    assert f"{spoiled} case(s) of the baseline are missing" in gated.stdout
+    assert f"{spoiled} record(s) of the run were rejected" in gated.stdout
+    allowed = cli("gate", "2026-11-23-hybrid-rerank-ptbr-regression", "--baseline", str(SAMPLE_BASELINE),
+                  "--allow-missing-cases", cwd=root)
+    failures = allowed.stdout.split("FAIL\n")[-1]
+    assert allowed.returncode == 1 and "missing from" not in failures  # still failing, on pt-BR itself
+    assert "on locale=pt-BR" in failures
+
+
+def test_run_with_a_baseline_gates_the_newest_run_and_exits_1_when_it_fails(sample_copy):
+    from builders import SAMPLE_BASELINE
+
+    root = sample_copy.parent
+    failed = cli("run", "--baseline", str(SAMPLE_BASELINE), cwd=root)
+    assert failed.returncode == 1, failed.stderr
+    assert "gate: run 2026-11-23-hybrid-rerank-ptbr-regression against baseline" in failed.stdout
+    assert "FAIL" in failed.stdout
+    passed = cli("run", "data/runs/2026-11-16-hybrid-rerank", "--baseline", str(SAMPLE_BASELINE), cwd=root)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "PASS" in passed.stdout

@@ -1,5 +1,7 @@
 """One test per metric rule of SPEC 2, each on a tiny fixture whose expected values are
-worked out by hand in the comments beside them."""
+worked out by hand in the comments beside them. The rules are properties of the pure steps
+(staging, rankings, sql/case_metrics.sql, aggregates), scored in memory; the rule that the
+manifest sets the headline k and --k overrides it is the job's, run for real."""
 
 from __future__ import annotations
 
@@ -7,8 +9,8 @@ import math
 
 import polars as pl
 import pytest
-
-from tests.conftest import case, chunk
+from builders import Evaluated, case, chunk, evaluate, job_options, write_run
+from retrieval_eval.transforms.report import run_warnings
 
 
 def log2(x: float) -> float:
@@ -133,29 +135,31 @@ def test_rule_2_6_reciprocal_rank_is_zero_beyond_k_but_first_rank_is_kept(evalua
     assert row["first_relevant_rank"] == 4  # "at which k does this case enter": the whole list
 
 
-def test_rule_2_7_headline_k_from_manifest_and_sweep_adds_rows(evaluate_cases):
+def test_rule_2_7_headline_k_from_manifest_and_sweep_adds_rows(tmp_path):
     retrieved = [chunk(f"{c}::00", c) for c in "XG"]
-    wh = evaluate_cases([case("c", retrieved, ["G"])], top_k=3, ks=[1, 5])
+    write_run(tmp_path / "runs", "run-a", [case("c", retrieved, ["G"])], top_k=3)
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", ks=(1, 5)))
+    wh = Evaluated(tmp_path / "wh")
     assert sorted(wh.view("case_metrics")["k"].to_list()) == [1, 3, 5]
     assert wh.view("runs")["headline_k"].to_list() == [3]
 
 
-def test_rule_2_7_k_flag_overrides_manifest(evaluate_cases):
-    wh = evaluate_cases([case("c", [chunk("G::00", "G")], ["G"])], top_k=3, k=2)
+def test_rule_2_7_k_flag_overrides_manifest(tmp_path):
+    write_run(tmp_path / "runs", "run-a", [case("c", [chunk("G::00", "G")], ["G"])], top_k=3)
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", k=2))
+    wh = Evaluated(tmp_path / "wh")
     assert wh.view("case_metrics")["k"].to_list() == [2]
     assert wh.view("runs")["headline_k"].to_list() == [2]
 
 
 def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(evaluate_cases):
-    from flows.pipeline import read_report
-
     # 2 distinct cards captured; k = 10 is computed on them (hit at rank 2) and flagged.
     retrieved = [chunk("X::00", "X"), chunk("G::00", "G")]
     wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[10])
     row = wh.metrics("c", 10)
     assert row["hit_at_k"] == 1.0 and row["k_beyond_depth"] is True
     assert row["precision_at_k"] == pytest.approx(0.1)
-    warnings = read_report(wh.warehouse, ["run-a"]).runs[0].warnings
+    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("case_metrics"))
     assert any("k=10 is beyond the deepest capture" in w and "cannot show" in w for w in warnings)
 
 
@@ -185,11 +189,9 @@ def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
 
 
 def test_rule_2_9_vacuous_run_is_flagged(evaluate_cases):
-    from flows.pipeline import read_report
-
     wh = evaluate_cases([case("a", [], ["A"]), case("b", [], ["B"]), case("u", [chunk("A::00", "A")])])
     assert wh.view("runs")["vacuous"].to_list() == [True]
-    warnings = read_report(wh.warehouse, ["run-a"]).runs[0].warnings
+    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("case_metrics"))
     assert any(w.startswith("VACUOUS RUN") for w in warnings)
 
 

@@ -13,11 +13,9 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from builders import SAMPLE_RUNS, evaluate, job_options
 from polars.testing import assert_frame_equal
-
-from flows import prefect_flows
-from flows.pipeline import EvaluationOptions, evaluate
-from tests.conftest import SAMPLE_RUNS
+from retrieval_eval.flows import prefect_flows
 
 RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())[:2]
 ARTIFACT_KEYS = [prefect_flows.REPORT_ARTIFACT, prefect_flows.HEADLINE_ARTIFACT, prefect_flows.FOLDER_ARTIFACT]
@@ -36,7 +34,7 @@ def sample_options(root: Path, run_ids: list[str] = RUN_IDS, name: str = "wareho
     for run_id in run_ids:
         if not (runs / run_id).exists():
             shutil.copytree(SAMPLE_RUNS / run_id, runs / run_id)
-    return EvaluationOptions(runs=runs, warehouse=root / name, report_dir=root / f"report-{name}")
+    return job_options(runs, root / name, report_dir=root / f"report-{name}")
 
 
 def view(warehouse: Path, name: str) -> pl.DataFrame:
@@ -59,7 +57,11 @@ def tracked_thread_run(prefect_server, tmp_path_factory):
 
 def test_tracked_flow_completes_with_report_artifacts(tracked_thread_run):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
 
     options, state = tracked_thread_run
     assert state.is_completed(), state
@@ -92,7 +94,7 @@ def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thre
     evaluate(in_process)
     # On Dask, each run (about 1,520 retrieved items) is also split into 3 partitions of
     # at most 600 items.
-    dask = replace(sample_options(tmp_path, name="dask"), partition_items=600)
+    dask = replace(sample_options(tmp_path, name="dask"), batch_items=600)
     outcome = prefect_flows.run_tracked(dask, task_runner="dask", charts=False)
     assert outcome.run_ids == RUN_IDS
     with duckdb.connect(str(dask.warehouse / "catalog.duckdb"), read_only=True) as con:

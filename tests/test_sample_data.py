@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 
-from tests.conftest import REPO
+from builders import REPO
 
 
 def test_the_generator_reproduces_the_committed_sample(tmp_path):

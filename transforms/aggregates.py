@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from transforms.case_metrics import METRICS
+from .metrics import NAMES as METRICS
 
 Z_95 = 1.959963984540054
 KEYS = ["run_id", "k", "slice", "slice_value", "metric"]

@@ -1,32 +1,35 @@
-"""Per-case retrieval metrics at each cutoff k (SPEC 2), computed by sql/case_metrics.sql."""
+"""Per-case retrieval metrics at each cutoff k (SPEC 2), computed by sql/case_metrics.sql,
+and the composed evaluation of one batch of staged cases: rankings → cases → case metrics →
+partial sums. The job (flows/job.py) and the Python API (flows/api.py) both call these."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import duckdb
 import polars as pl
 
-import sql
-from transforms import engine
-from transforms.errors import InputError
-
-METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k")
+from .. import sql
+from .aggregates import slice_partials
+from .errors import InputError
+from .metrics import MAX_K
+from .rankings import case_rows
 
 
 def cutoffs(headline_k: int, sweep: Iterable[int] = ()) -> list[int]:
     """The union of the headline k and the sweep, ascending (SPEC 2.7)."""
     ks = sorted({headline_k, *sweep})
-    if ks[0] < 1:
-        raise InputError(f"k must be >= 1, got {ks[0]}")
+    if ks[0] < 1 or ks[-1] > MAX_K:
+        raise InputError(f"k must be an integer in [1, {MAX_K}], got {ks[0] if ks[0] < 1 else ks[-1]}")
     return ks
 
 
 def case_metrics(cases: pl.DataFrame, ks: list[int], con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
     """One row per (labelled case, k) of a run's `cases` rows, by sql/case_metrics.sql, on
-    `con` (a connection of its own when not given)."""
+    `con` (an in-memory connection of its own when not given)."""
     own = con is None
-    con = engine.connect() if own else con
+    con = duckdb.connect() if own else con
     try:
         con.register("cases", cases)
         return con.sql(sql.load("case_metrics"), params={"ks": ks}).pl()
@@ -37,24 +40,38 @@ def case_metrics(cases: pl.DataFrame, ks: list[int], con: duckdb.DuckDBPyConnect
             con.unregister("cases")
 
 
-HIT_TO_MISS, MISS_TO_HIT = "hit → miss", "miss → hit"
+@dataclass(frozen=True)
+class EvaluatedCases:
+    """What one batch of staged cases becomes, beside its `retrieved` rows: its `cases` rows,
+    their `case_metrics` rows, the partial sums of its aggregates and its counts."""
+
+    cases: pl.DataFrame
+    case_metrics: pl.DataFrame
+    partials: pl.DataFrame
+    counts: dict[str, int]
 
 
-def hit_changes(before: pl.DataFrame, after: pl.DataFrame) -> pl.DataFrame:
-    """Cases in both frames (case_id, locale, category, hit_at_k at one k each) whose hit
-    changed: case_id, locale, category (from `before`) and change, sorted by change, case."""
-    return (
-        before.select("case_id", "locale", "category", "hit_at_k")
-        .join(after.select("case_id", pl.col("hit_at_k").alias("hit_after")), on="case_id")
-        .filter(pl.col("hit_at_k") != pl.col("hit_after"))
-        .select(
-            "case_id",
-            "locale",
-            "category",
-            pl.when(pl.col("hit_after") > pl.col("hit_at_k"))
-            .then(pl.lit(MISS_TO_HIT))
-            .otherwise(pl.lit(HIT_TO_MISS))
-            .alias("change"),
-        )
-        .sort("change", "case_id")
-    )
+def evaluate_cases(
+    staged: pl.DataFrame,
+    retrieved: pl.DataFrame,
+    run_id: str,
+    ks: list[int],
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> EvaluatedCases:
+    """The `cases` rows of staged cases (their `retrieved` rows made by
+    transforms/rankings.py `retrieved_items`), their metrics at each k and partial sums."""
+    cases = case_rows(staged, retrieved, run_id)
+    metrics = case_metrics(cases, ks, con)
+    return EvaluatedCases(cases, metrics, slice_partials(metrics), case_counts(cases))
+
+
+def case_counts(cases: pl.DataFrame) -> dict[str, int]:
+    """The counts of `cases` rows the `runs` row adds up over batches."""
+    labelled = pl.col("n_gold") > 0
+    row = cases.select(
+        pl.len().alias("n_cases"),
+        labelled.sum().alias("n_labelled"),
+        (labelled & (pl.col("n_retrieved") > 0)).sum().alias("n_labelled_with_retrieval"),
+        pl.col("n_cards").max().fill_null(0).alias("max_depth"),
+    ).row(0, named=True)
+    return {name: int(value or 0) for name, value in row.items()}

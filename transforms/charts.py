@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from transforms.report import RunReport
+from .report import RunReport
 
 SWEEP_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
 TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k (lower bound)", "ndcg_at_k": "nDCG@k"}

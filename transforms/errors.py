@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 
 class InputError(Exception):
@@ -35,13 +33,3 @@ class RejectedRecords(InputError):
             f"run {run_id}: {len(rejects)} record(s) rejected, run not loaded "
             f"(use --allow-rejects to load the valid records):\n{lines}"
         )
-
-
-def read_json_file(path: Path, missing_hint: str) -> object:
-    """Parse a small JSON file; a missing or malformed file is an InputError naming it."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing ({missing_hint})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid JSON ({error})") from None

@@ -2,8 +2,10 @@
 
 Fails when, for hit, recall or nDCG, `current < baseline − tolerance` on `all` or
 `current < baseline − locale_tolerance` on a locale slice; when a baseline slice is missing
-now; when an absolute floor is given and not met; when the run is vacuous; and when the
-baseline's own run, recomputed, no longer reproduces the snapshot. Other slices are shown,
+now; when a case of the baseline is missing now (removed, or rejected and loaded with
+--allow-rejects) unless missing cases are allowed; when an absolute floor is given and not
+met; when the run is vacuous; and when the baseline's own run, recomputed, no longer
+reproduces the snapshot. Other slices are shown,
 not gated. Deltas carry a paired 95% bootstrap interval over the cases both runs share.
 """
 
@@ -15,10 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from transforms.aggregates import SLICE_VALUES, Z_95
-from transforms.case_metrics import HIT_TO_MISS, METRICS, MISS_TO_HIT, hit_changes
+from .aggregates import SLICE_VALUES, Z_95
+from .flips import HIT_TO_MISS, MISS_TO_HIT, hit_changes
+from .metrics import GATED as GATED_METRICS
+from .metrics import NAMES as METRICS
 
-GATED_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20261130
 BOOTSTRAP_MAX_CASES = 50_000  # beyond this the normal approximation is as good and far cheaper
@@ -66,6 +69,8 @@ class GateResult:
     vacuous: bool
     reproduction_error: str | None
     warnings: list[str] = field(default_factory=list)
+    n_rejected: int = 0  # records of the run that were rejected (left out of its figures)
+    allow_missing_cases: bool = False
 
     @property
     def failures(self) -> list[str]:
@@ -74,6 +79,13 @@ class GateResult:
             reasons.append(f"VACUOUS run {self.run_id}: no labelled case retrieved anything")
         if self.reproduction_error:
             reasons.append(self.reproduction_error)
+        if self.removed and not self.allow_missing_cases:
+            shown = ", ".join(self.removed[:10]) + (", ..." if len(self.removed) > 10 else "")
+            reasons.append(
+                f"{len(self.removed)} case(s) of the baseline are missing from {self.run_id} ({shown}): "
+                "removed, or rejected and left out; the gate cannot vouch for them "
+                "(--allow-missing-cases accepts this)"
+            )
         reasons += [
             f"{line.metric} on {line.slice}={line.slice_value}: "
             + (line.note or f"{line.current:.3f} < {line.baseline:.3f} − {line.tolerance}")
@@ -128,6 +140,7 @@ def compare(
     locale_tolerance: float,
     floors: dict[str, float],
     recomputed_baseline: pl.DataFrame | None = None,
+    allow_missing_cases: bool = False,
 ) -> GateResult:
     """Gate `run` (its aggregates and case_metrics at the snapshot's k) against `snapshot`."""
     current = {
@@ -173,6 +186,8 @@ def compare(
         vacuous=bool(run["vacuous"]),
         reproduction_error=reproduction_error(snapshot, baseline_cases, recomputed_baseline),
         warnings=detectability_warnings(lines),
+        n_rejected=int(run["n_rejected"]),
+        allow_missing_cases=allow_missing_cases,
     )
 
 
@@ -199,7 +214,9 @@ def reproduction_error(
     if recomputed is None:
         return None
     columns = ["n_gold", *METRICS, "first_relevant_rank"]
-    joined = baseline_cases.join(recomputed, on="case_id", how="full", suffix="_now", coalesce=True)
+    joined = baseline_cases.select("case_id", *columns).join(
+        recomputed.select("case_id", *columns), on="case_id", how="full", suffix="_now", coalesce=True
+    )
     differs = pl.lit(False)
     for column in columns:
         a, b = pl.col(column).cast(pl.Float64), pl.col(f"{column}_now").cast(pl.Float64)

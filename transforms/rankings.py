@@ -1,7 +1,7 @@
 """Card-level rankings of staged cases (SPEC 2.1–2.3), in Polars.
 
 The staged cases carry each case's retrieved items as a list in rank order
-(transforms/ingest.py `stage`). Here they become one row per retrieved item with its card,
+(transforms/staging.py `stage`). Here they become one row per retrieved item with its card,
 and each card's first occurrence gets its rank among distinct cards.
 
 Chosen over DuckDB SQL for this step by measurement and by cost growth: first-occurrence
@@ -15,9 +15,10 @@ from __future__ import annotations
 import polars as pl
 
 CASES_COLUMNS = [
-    "run_id", "case_id", "locale", "category", "n_gold", "n_retrieved", "n_cards",
-    "gold_source", "gold", "relevant_ranks",
+    "run_id", "case_id", "locale", "category", "question", "n_gold", "n_retrieved", "n_cards",
+    "gold_source", "gold", "relevant_ranks", "graded_ranks", "ideal_gains",
 ]
+RANKED_GRADE = pl.Struct({"rank": pl.Int32, "grade": pl.Int64})
 
 
 def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
@@ -68,32 +69,54 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
 
 
 def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.DataFrame:
-    """One row per case (the `cases` table), with relevant_ranks: the ascending ranks among
-    distinct cards at which gold cards were retrieved, over the whole captured list."""
+    """One row per case (the `cases` table). Over the whole captured list, among distinct
+    cards: relevant_ranks, the ascending ranks of the relevant (gold) cards; graded_ranks,
+    {rank, grade} of every retrieved card with a grade above 0, by rank; ideal_gains, every
+    grade above 0 of the case, descending (the ideal ranking nDCG divides by)."""
     firsts = retrieved.filter(pl.col("card_rank").is_not_null()).select("case_no", "card_id", "card_rank")
     depth = firsts.group_by("case_no").agg(pl.len().cast(pl.Int64).alias("n_cards"))
+    numbered = staged.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"))
     relevant = (
-        staged.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"), pl.col("gold").alias("card_id"))
+        numbered.select("case_no", pl.col("gold").alias("card_id"))
         .explode("card_id")
         .join(firsts, on=["case_no", "card_id"])
         .sort("case_no", "card_rank")
         .group_by("case_no", maintain_order=True)
         .agg(pl.col("card_rank").alias("relevant_ranks"))
     )
+    rows = numbered.join(relevant, on="case_no", how="left", maintain_order="left")
+    if (staged["gold_source"] == "relevance").any():
+        graded = (
+            numbered.select("case_no", "grades")
+            .explode("grades")
+            .unnest("grades")
+            .join(firsts, on=["case_no", "card_id"])
+            .sort("case_no", "card_rank")
+            .group_by("case_no", maintain_order=True)
+            .agg(pl.struct(pl.col("card_rank").alias("rank"), "grade").alias("graded_ranks"))
+        )
+        rows = rows.join(graded, on="case_no", how="left", maintain_order="left")
+    else:  # every gold card has grade 1: the graded ranks are the relevant ranks
+        rows = rows.with_columns(
+            pl.col("relevant_ranks")
+            .list.eval(pl.struct(pl.element().alias("rank"), pl.lit(1, pl.Int64).alias("grade")))
+            .alias("graded_ranks")
+        )
     return (
-        staged.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"))
-        .join(relevant, on="case_no", how="left", maintain_order="left")
-        .join(depth, on="case_no", how="left", maintain_order="left")
+        rows.join(depth, on="case_no", how="left", maintain_order="left")
         .select(
             pl.lit(run_id).alias("run_id"),
             "case_id",
             "locale",
             "category",
+            "question",
             pl.col("gold").list.len().cast(pl.Int64).alias("n_gold"),
             pl.col("retrieved_context").list.len().cast(pl.Int64).alias("n_retrieved"),
             pl.col("n_cards").fill_null(0),
             "gold_source",
             "gold",
             pl.col("relevant_ranks").fill_null(pl.lit([], dtype=pl.List(pl.Int32))),
+            pl.col("graded_ranks").fill_null(pl.lit([], dtype=pl.List(RANKED_GRADE))),
+            pl.col("grades").list.eval(pl.element().struct.field("grade").sort(descending=True)).alias("ideal_gains"),
         )
     )

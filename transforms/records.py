@@ -1,28 +1,25 @@
-"""The record rules of a cases.jsonl (SPEC 3 and 6), applied line by line.
+"""The record rules of a cases.jsonl (SPEC 3 and 6), one line at a time.
 
 Ingest reads a clean file with Arrow's JSON reader alone; only when that pass meets a
-record it cannot take (transforms/ingest.py) does it come here, to name every bad record by
-its line and keep the good ones. Every record these rules accept, the fast pass accepts
-too: what Arrow's reader refuses beyond SPEC 3's types — a field the metrics read written
-twice in one object, an unpaired UTF-16 surrogate escape anywhere — is a rule here as well.
+record it cannot take (flows/ingest.py) are the file's lines judged here, to name every bad
+record by its line and keep the good ones. Every record these rules accept, the fast pass
+accepts too: what Arrow's reader refuses beyond SPEC 3's types — a field the metrics read
+written twice in one object, an unpaired UTF-16 surrogate escape anywhere — is a rule here as
+well, and a valid line Arrow cannot read as it is (grades as an object, a question that is
+not text) is handed on rewritten (`LineVerdict.clean`).
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO
-
-from transforms.errors import Reject
+from dataclasses import dataclass
 
 REQUIRED_TEXT_FIELDS = ("case_id", "locale", "category")
 GOLD_FIELDS = ("must_cite_one_of", "relevant_ids")
-RECORD_FIELDS = frozenset((*REQUIRED_TEXT_FIELDS, *GOLD_FIELDS, "retrieved_context"))
+TEXT_FIELDS = ("question", "query")  # optional; kept when text, left out otherwise (never an error)
+RECORD_FIELDS = frozenset((*REQUIRED_TEXT_FIELDS, *GOLD_FIELDS, *TEXT_FIELDS, "relevance", "retrieved_context"))
 ITEM_FIELDS = frozenset(("id", "parent_id", "score"))
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # The record-size limit: a longer line is rejected by its line number (and only its first
@@ -108,6 +105,9 @@ def record_problem(record: object) -> str | None:
         for i, card_id in enumerate(gold):
             if not isinstance(card_id, str) or card_id == "":
                 return f"field {name}[{i}] must be a non-empty string, got {_type_name(card_id)}"
+    problem = _relevance_problem(record.get("relevance"))
+    if problem:
+        return problem
     context = record.get("retrieved_context")
     if context is None:
         return None
@@ -117,6 +117,23 @@ def record_problem(record: object) -> str | None:
         problem = _item_problem(item)
         if problem:
             return f"retrieved_context[{i}]: {problem}"
+    return None
+
+
+def _relevance_problem(relevance: object) -> str | None:
+    """`relevance` is null or an object {card_id: grade}: non-empty ids, integer grades >= 0."""
+    if relevance is None:
+        return None
+    if not isinstance(relevance, dict):
+        return f"field relevance must be an object of card id to grade, got {_type_name(relevance)}"
+    repeated = sorted(getattr(relevance, "repeated", frozenset()))
+    if repeated:
+        return f"field relevance grades card {repeated[0]!r} twice"
+    for card_id, grade in relevance.items():
+        if card_id == "":
+            return "field relevance has an empty card id"
+        if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
+            return f"field relevance[{card_id!r}] must be an integer grade >= 0, got {json.dumps(grade)}"
     return None
 
 
@@ -143,79 +160,42 @@ def _item_problem(item: object) -> str | None:
     return None
 
 
-@dataclass
-class LineAccount:
-    """What became of every line of one cases file: loaded + rejected + blank = lines."""
+@dataclass(frozen=True)
+class LineVerdict:
+    """What one non-blank line is: rejected with a reason, or valid, with the line Arrow's
+    reader takes for it (the line itself, or the record rewritten, SPEC 12 grades)."""
 
-    lines: int = 0
-    blank: int = 0
-    valid: int = 0
-    longest_valid: int = 0  # bytes of the longest valid line
-    rejects: list[Reject] = field(default_factory=list)
-
-
-def open_text_lines(path: Path) -> IO[bytes]:
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    reason: str | None
+    case_id: str | None = None
+    clean: bytes | None = None
 
 
-def _read_lines(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """Lines as bytes, each with whether it overflowed MAX_RECORD_BYTES (then cut short)."""
-    while True:
-        line = stream.readline(MAX_RECORD_BYTES + 1)
-        if not line:
-            return
-        if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
-            while True:  # skip the rest of the overlong line without holding it
-                rest = stream.readline(MAX_RECORD_BYTES)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield line, True
-        else:
-            yield line, False
-
-
-def split_records(path: Path, display_name: str, clean_out: IO[bytes]) -> LineAccount:
-    """Apply the record rules to every line of `path`; write the valid lines to `clean_out`."""
-    account = LineAccount()
-    first_line_of: dict[str, int] = {}
-    with open_text_lines(path) as stream:
-        for number, (line, overlong) in enumerate(_read_lines(stream), start=1):
-            account.lines = number
-            raw = line.decode("utf-8", errors="replace").rstrip("\r\n")
-            if overlong:
-                account.rejects.append(
-                    Reject(display_name, number, f"record longer than {MAX_RECORD_BYTES} bytes", raw[:1024])
-                )
-                continue
-            if not line.strip(b" \t\r\n"):  # blank: JSON whitespace only
-                account.blank += 1
-                continue
-            reason = _line_problem(line, number, first_line_of)
-            if reason:
-                account.rejects.append(Reject(display_name, number, reason, raw))
-                continue
-            account.valid += 1
-            account.longest_valid = max(account.longest_valid, len(line))
-            clean_out.write(line if line.endswith(b"\n") else line + b"\n")
-    return account
-
-
-def _line_problem(line: bytes, number: int, first_line_of: dict[str, int]) -> str | None:
+def judge_line(line: bytes) -> LineVerdict:
+    """The verdict on one line of a cases file (a repeated case_id is for the caller, who
+    knows the lines before)."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as error:
-        return f"not valid UTF-8 ({error.reason} at byte {error.start})"
+        return LineVerdict(f"not valid UTF-8 ({error.reason} at byte {error.start})")
     try:
         record = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_object)
     except (json.JSONDecodeError, ValueError, RecursionError) as error:
-        return f"not valid JSON ({error})"
+        return LineVerdict(f"not valid JSON ({error})")
     if SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(record):
-        return "not valid JSON (an unpaired UTF-16 surrogate escape)"
+        return LineVerdict("not valid JSON (an unpaired UTF-16 surrogate escape)")
     problem = record_problem(record)
     if problem:
-        return problem
-    case_id = record["case_id"]
-    if case_id in first_line_of:
-        return f"case_id {case_id!r} repeats line {first_line_of[case_id]}"
-    first_line_of[case_id] = number
-    return None
+        return LineVerdict(problem)
+    return LineVerdict(None, record["case_id"], _clean_line(line, record))
+
+
+def _clean_line(line: bytes, record: dict) -> bytes:
+    """The line as Arrow's reader takes it: grades as a list of {card_id, grade}, and a
+    question or query that is not text left out."""
+    odd_text = [name for name in TEXT_FIELDS if record.get(name) is not None and not isinstance(record[name], str)]
+    if record.get("relevance") is None and not odd_text:
+        return line if line.endswith(b"\n") else line + b"\n"
+    clean = {key: value for key, value in record.items() if key not in odd_text}
+    if record.get("relevance") is not None:
+        clean["relevance"] = [{"card_id": card, "grade": grade} for card, grade in record["relevance"].items()]
+    return json.dumps(clean, ensure_ascii=False).encode("utf-8") + b"\n"

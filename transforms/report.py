@@ -7,15 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import polars as pl
 
-from transforms.case_metrics import METRICS, hit_changes
+from .flips import hit_changes
+from .metrics import NAMES as METRICS
 
-METRIC_LABELS = {
-    "hit_at_k": "hit",
-    "recall_at_k": "recall",
-    "ndcg_at_k": "nDCG",
-    "precision_at_k": "P",
-    "reciprocal_rank_at_k": "RR",
-}
 RECALL_CAVEAT = (
     "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
     "case), so a case can be fully served with recall below 1. hit@k is the headline figure."
@@ -51,7 +45,7 @@ class RunReport:
 
 @dataclass(frozen=True)
 class Report:
-    runs: list[RunReport]  # ordered by created_at
+    runs: list[RunReport]  # ordered by the instant of created_at
     never_hit: pl.DataFrame  # latest run: labelled cases with no gold card in the whole capture
     entry_ranks: pl.DataFrame  # latest run: first_relevant_rank distribution at the headline k
     changed: pl.DataFrame  # cases whose hit@k differs between the two most recent runs
@@ -77,7 +71,7 @@ def run_reports(runs: pl.DataFrame, aggregates: pl.DataFrame) -> list[RunReport]
             headline=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("k") == run["headline_k"])),
             sweep=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("slice") == "all")),
         )
-        for run in runs.sort("created_at", "run_id").iter_rows(named=True)
+        for run in runs.sort("created_at_utc", "run_id").iter_rows(named=True)
     ]
 
 

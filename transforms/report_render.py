@@ -13,8 +13,9 @@ from html import escape
 
 import polars as pl
 
-from transforms.case_metrics import METRICS
-from transforms.report import METRIC_LABELS, Report, RunReport, headline_table
+from .metrics import LABELS as METRIC_LABELS
+from .metrics import NAMES as METRICS
+from .report import Report, RunReport, headline_table
 
 TERMINAL_SLICES = ("all", "locale", "category")
 # A report lists at most this many cases per diagnostic (never-hit cases by id, changed
@@ -135,7 +136,7 @@ def render_terminal(report: Report, colour: bool = False) -> str:
             if delta:
                 colours[(i, delta_col)] = GREEN if delta > 0 else RED
     out += [layout_text(table, colours), ""]
-    for run in report.runs:
+    for run in report.runs[-1:]:  # the newest run in detail; every run is in the runs table
         out.append(bold(f"Run {run.run_id}") + f"  created {run.created_at}, headline k={run.headline_k}")
         out.append(
             f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected"
@@ -174,7 +175,7 @@ def report_blocks(report: Report) -> list[Block]:
     for name, title in CHART_TITLES.items():
         if name in report.charts:
             blocks.append(Block("image", title, image=report.charts[name]))
-    for run in report.runs:
+    for run in report.runs[-1:]:  # the newest run in detail; every run is in the runs table
         blocks.append(Block("heading", f"Run {run.run_id}"))
         blocks.append(Block(
             "text",
@@ -368,6 +369,7 @@ def render_gate(result, colour: bool = False) -> str:
     colours = {(i, len(table.header) - 1): RED for i, line in enumerate(result.lines) if line.failed} if colour else {}
     out = [
         f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}",
+        f"{result.n_rejected} record(s) of the run were rejected (left out of its figures)",
         "",
         layout_text(table, colours),
         "",
@@ -394,4 +396,18 @@ def render_gate(result, colour: bool = False) -> str:
     else:
         out.append(red("FAIL"))
         out += [f"  - {reason}" for reason in result.failures]
+    return "\n".join(out) + "\n"
+
+
+def render_gate_markdown(result) -> str:
+    """The gate as markdown: for a CI job summary or a pull-request comment."""
+    verdict = "PASS" if result.passed else "FAIL"
+    out = [f"### retrieval-eval gate: {verdict}", "",
+           f"Run `{result.run_id}` against baseline `{result.baseline_run_id}` at k={result.k}"
+           f" ({result.n_rejected} rejected record(s) in the run).", "",
+           layout_markdown(gate_table(result)), ""]
+    if not result.passed:
+        out += [f"- {reason}" for reason in result.failures] + [""]
+    for title, cases in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
+        out.append(f"{len(cases)} case(s) flipped {title}" + (": " + ", ".join(f"`{c['case_id']}`" for c in cases[:50]) if cases else "") + ".")
     return "\n".join(out) + "\n"

@@ -1,0 +1,322 @@
+"""One read of a run's cases file: Arrow's JSON reader parsing it in tables of whole cases,
+and, beside it, the file's facts (content digest, line shape, and what JSON forbids but
+Arrow's reader takes).
+
+The reader gets the schema of the fields the metrics need (transforms/staging.py
+`CASES_SCHEMA`) and is strict about their types: a number where a string belongs, a string
+for a score, a repeated key, malformed JSON — each stops it, and ingest (flows/ingest.py)
+sends the file to the line-by-line rules. Arrow parses 1 MiB blocks on its own threads; a
+thread of ours keeps asking for them, so parsing goes on while a batch is evaluated.
+
+This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
+run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
+parse fills the core the imports leave idle, and hands the read down to the job.
+"""
+
+from __future__ import annotations
+
+import gzip
+import queue
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
+from blake3 import blake3
+
+from ..transforms.staging import CASES_SCHEMA, NotClean
+
+# The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
+# longer than a block stops the fast path; the line-by-line pass then reads the valid lines
+# again with blocks as long as the longest.
+BLOCK_BYTES = 1 << 20
+# Arrow batches (one block of JSON each) parsed ahead of the evaluation: ~100 MB at most.
+READ_AHEAD_BATCHES = 512
+JSON_WHITESPACE = b" \t\r\n"
+NEWLINE, OPEN_BRACE = ord("\n"), ord("{")
+# Tokens Arrow's reader takes as numbers and JSON does not (SPEC 6: the line is not JSON).
+NON_JSON_NUMBERS = (b"NaN", b"Infinity")
+TOKEN_OVERLAP = max(map(len, NON_JSON_NUMBERS)) - 1
+
+
+class Stopped(Exception):
+    """The read was closed while its tables were being taken."""
+
+
+def open_text_lines(path: Path) -> IO[bytes]:
+    """The file's bytes, decompressed when it is a .gz."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What one pass over a cases file tells. Arrow's reader takes JSON values wherever they
+    stand, so its reading holds only when every line is one record (as many records as
+    lines, every line opening with '{'), and when the file holds nothing JSON forbids that
+    Arrow takes (NaN, Infinity, invalid UTF-8). Otherwise the line-by-line rules judge."""
+
+    digest: str  # BLAKE3 of the file's bytes as stored
+    lines: int
+    object_lines: int
+    json_only: bool  # no NaN / Infinity token and valid UTF-8 throughout
+
+    def fast_read_holds(self, n_records: int) -> bool:
+        return self.json_only and n_records == self.lines == self.object_lines
+
+
+def _complete_prefix(data: bytes) -> int:
+    """Where a character cut off by the end of `data` starts (len(data) when none is)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        byte = data[n - back]
+        if byte & 0xC0 != 0x80:  # ASCII or the first byte of a character
+            needed = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
+            return n - back if needed > back else n
+    return n
+
+
+def _valid_utf8(data: bytes) -> bool:
+    """Arrow's UTF-8 validation (vectorised, without the GIL) of whole characters."""
+    offsets = pa.py_buffer(b"\x00\x00\x00\x00" + len(data).to_bytes(4, "little"))
+    try:
+        pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)]).cast(pa.string())
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+class _Scan:
+    """Line starts, those at a '{', non-JSON number tokens and UTF-8 validity over a file's
+    blocks in order."""
+
+    def __init__(self) -> None:
+        self.lines = self.object_lines = 0
+        self.json_only = True
+        self._at_line_start = True
+        self._tail = b""
+        self._cut_character = b""
+
+    def update(self, block: bytes) -> None:
+        if not block:
+            return
+        data = np.frombuffer(block, dtype=np.uint8)
+        starts = np.flatnonzero(data[:-1] == NEWLINE) + 1  # lines that start inside this block
+        self.lines += int(self._at_line_start) + len(starts)
+        self.object_lines += int(self._at_line_start and data[0] == OPEN_BRACE)
+        self.object_lines += int(np.count_nonzero(data[starts] == OPEN_BRACE))
+        self._at_line_start = bool(data[-1] == NEWLINE)
+        if self.json_only:
+            window = self._tail + block
+            self.json_only = not any(token in window for token in NON_JSON_NUMBERS)
+            self._tail = block[-TOKEN_OVERLAP:]
+        if self.json_only and (self._cut_character or not block.isascii()):
+            text = self._cut_character + block
+            cut = _complete_prefix(text)
+            self.json_only = _valid_utf8(text[:cut])
+            self._cut_character = text[cut:]
+
+    def finish(self) -> None:
+        if self._cut_character:  # a character cut off by the end of the file
+            self.json_only = False
+
+
+def _blocks(stream: IO[bytes], stop: threading.Event | None) -> Iterator[bytes]:
+    while block := stream.read(BLOCK_BYTES):
+        if stop is not None and stop.is_set():
+            raise Stopped
+        yield block
+
+
+def scan_facts(path: Path, stop: threading.Event | None = None) -> FileFacts:
+    """One pass over `path`: BLAKE3 of its bytes as stored (a cryptographic hash about 2.5×
+    faster than SHA-256 here) and the scan of its text (decompressed for a .gz). Raises
+    Stopped when `stop` is set."""
+    digest = blake3()
+    scan = _Scan()
+    with open(path, "rb") as handle:
+        for block in _blocks(handle, stop):
+            digest.update(block)
+            if path.suffix != ".gz":
+                scan.update(block)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as text:
+            for block in _blocks(text, stop):
+                scan.update(block)
+    scan.finish()
+    return FileFacts("blake3:" + digest.hexdigest(), scan.lines, scan.object_lines, scan.json_only)
+
+
+def first_value_opening(path: Path) -> bytes:
+    """The first byte of the file's first JSON value (b"" when its first block is blank).
+    Arrow's reader is only given files that open with '{': a first value of `null`
+    crashes it (pyarrow 26), anything else it refuses anyway."""
+    with open_text_lines(path) as stream:
+        return stream.read(BLOCK_BYTES).lstrip(JSON_WHITESPACE)[:1]
+
+
+def open_reader(path: Path, block_bytes: int, schema: pa.Schema) -> pa.RecordBatchReader:
+    """Arrow's streaming JSON reader over `path` (gzip by its suffix)."""
+    source = pa.input_stream(str(path), compression="gzip" if path.suffix == ".gz" else None)
+    return pa_json.open_json(
+        source,
+        read_options=pa_json.ReadOptions(block_size=block_bytes),
+        parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
+
+
+def _next_batch(reader: pa.RecordBatchReader) -> pa.RecordBatch | None:
+    try:
+        return reader.read_next_batch()
+    except StopIteration:
+        return None
+
+
+def _int32_values(array: pa.Int32Array) -> np.ndarray:
+    """The values of an Int32Array without nulls, as a NumPy view of its buffer (pyarrow's
+    `to_numpy()` imports pandas when it is installed: a 0.2 s stall on the first call)."""
+    return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
+
+
+class CaseFileRead:
+    """One read of a cases file, started when made: Arrow's parse on a thread of ours (up to
+    READ_AHEAD_BATCHES ahead of whoever takes the tables: Arrow's reader alone parses only a
+    block or two ahead) and, on another, the file's facts (`scan_facts`). `scan=False` reads
+    a file whose lines were already judged (the clean copy of ingest's line-by-line pass).
+
+    Whatever stops the parse is raised where the tables are taken: NotClean when the fast
+    pass cannot take the file (its first value is not an object, Arrow refuses it), as it is
+    otherwise (an unreadable or truncated file). `close()` stops both threads."""
+
+    def __init__(self, path: Path, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
+                 scan: bool = True) -> None:
+        self.path = path
+        self._schema = schema
+        self._handed: queue.Queue = queue.Queue(READ_AHEAD_BATCHES)
+        self._done = threading.Event()
+        self._facts: Future[FileFacts] = Future()
+        self._threads = [threading.Thread(target=self._parse, args=(schema, block_bytes), name="parse", daemon=True)]
+        if scan:
+            self._threads.append(threading.Thread(target=self._scan, name="scan", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def _scan(self) -> None:
+        try:
+            self._facts.set_result(scan_facts(self.path, self._done))
+        except BaseException as error:  # noqa: BLE001 — raised again by facts()
+            self._facts.set_exception(error)
+
+    def _offer(self, item: object) -> bool:
+        while not self._done.is_set():
+            try:
+                self._handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
+        try:
+            opening = first_value_opening(self.path)
+            if opening not in (b"", b"{"):
+                raise NotClean("the first value is not an object")  # never given to Arrow's reader
+            if opening == b"{":
+                reader = open_reader(self.path, block_bytes, schema)
+                while (batch := _next_batch(reader)) is not None:
+                    if not self._offer(batch):
+                        return
+            self._offer(None)
+        except (pa.ArrowInvalid, UnicodeDecodeError) as error:
+            # Arrow's refusals (malformed JSON, a wrong type, a repeated key, a record longer
+            # than a block); pyarrow raises UnicodeDecodeError when its message quotes
+            # invalid UTF-8.
+            self._offer(NotClean(str(error)))
+        except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
+            self._offer(error)
+
+    def facts(self) -> FileFacts:
+        """The file's facts (waits for the scan)."""
+        return self._facts.result()
+
+    def facts_ready(self) -> bool:
+        return self._facts.done()
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        while (item := self._handed.get()) is not None:
+            if isinstance(item, Exception):
+                raise item
+            if self._done.is_set():
+                raise Stopped
+            yield item
+
+    def tables(self, batch_items: int) -> Iterator[pa.Table]:
+        """Tables of whole cases holding about `batch_items` retrieved items (the last one
+        fewer); a file without records gives one empty table, so that every table of the run
+        gets its (empty) part."""
+        pending: list[pa.RecordBatch] = []
+        n_items = 0
+        n_tables = 0
+        for batch in self._batches():
+            while batch.num_rows:
+                offsets = batch.column("retrieved_context").offsets  # items before each case, and the end
+                batch_size = offsets[-1].as_py() - offsets[0].as_py()
+                if n_items + batch_size < batch_items:  # all of it fits
+                    pending.append(batch)
+                    n_items += batch_size
+                    break
+                # Cut where the running total reaches batch_items.
+                before = _int32_values(offsets) - offsets[0].as_py()
+                cut = max(1, int(np.searchsorted(before, batch_items - n_items, side="left")))
+                pending.append(batch.slice(0, cut))
+                yield pa.Table.from_batches(pending)
+                n_tables += 1
+                pending, n_items = [], 0
+                batch = batch.slice(cut)
+        if pending:
+            yield pa.Table.from_batches(pending)
+        elif not n_tables:
+            yield self._schema.empty_table()
+
+    def close(self) -> None:
+        """Stop reading (a block being parsed is finished first) and drop what was read."""
+        self._done.set()
+        for thread in self._threads:
+            thread.join()
+
+    def __enter__(self) -> CaseFileRead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Prefetch:
+    """A read started before it is asked for (the CLI starts its first run's read before it
+    imports the engines), handed to the first ingest of that file (`take`); a read nobody
+    took is closed with the prefetch."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._read = CaseFileRead(path) if path is not None else None
+
+    def take(self, path: Path) -> CaseFileRead | None:
+        read, self._read = self._read, None
+        if read is not None and read.path != path:
+            read.close()
+            return None
+        return read
+
+    def close(self) -> None:
+        if self._read is not None:
+            self._read.close()
+            self._read = None
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,137 @@
+"""catalog.duckdb: the warehouse's views for people (`duckdb data/warehouse/catalog.duckdb`),
+made from the transaction log (flows/warehouse.py) and never read by retrieval-eval itself.
+
+It is written whole beside the old one and moved into place, so a reader holding the old
+file open keeps its snapshot and a writer never waits on it. It is stored in DuckDB's
+v1.0.0 format so that the DuckDB command-line tool users install with pip opens it; its
+views name files by absolute path (they answer from any working directory), and the log
+version and root it was made for are kept in `_retrieval_eval`, so that any command finds
+it stale after a commit it missed or a move of the folder, and makes it again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from .warehouse import TABLES, State, Warehouse
+
+STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
+META_TABLE = "_retrieval_eval"  # warehouse_id, log_version, root
+
+
+def catalog_is_current(warehouse: Warehouse, state: State) -> bool:
+    """Whether catalog.duckdb was made for this log version at this root."""
+    path = warehouse.catalog_path
+    if not path.exists():
+        return False
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            row = con.execute("select warehouse_id, log_version, root from _retrieval_eval").fetchone()
+    except duckdb.Error:
+        return False
+    return row == (state.warehouse_id, state.version, str(warehouse.root))
+
+
+def _view_ddl(table: str, files: list[str]) -> str:
+    # DuckDB refuses bind parameters in CREATE VIEW, so the file list is a literal rendered and
+    # quoted by DuckDB itself; `table` is one of the fixed TABLES.
+    if table not in TABLES:
+        raise ValueError(f"unknown table {table!r}")
+    return (
+        "create view catalog." + table + " as select * from read_parquet("
+        + str(duckdb.ConstantExpression(files))
+        + ", union_by_name = true)"
+    )
+
+
+def _owned(path: Path, warehouse_id: str | None) -> bool:
+    """Whether an existing catalog file is this warehouse's (else it is moved aside, never
+    overwritten: it may hold someone's own tables)."""
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
+            if META_TABLE in tables:
+                (owner,) = con.execute("select warehouse_id from _retrieval_eval").fetchone()
+                return owner == warehouse_id
+            return "_partitions" in tables  # made by an earlier version of retrieval-eval
+    except duckdb.IOException as error:
+        return "lock" in str(error).lower()  # held open by a reader: ours, in use
+    except duckdb.Error:
+        return False
+
+
+def write_catalog(warehouse: Warehouse, state: State) -> None:
+    """Make catalog.duckdb for `state`: written aside, then moved over the old one."""
+    target = warehouse.catalog_path
+    aside = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        con = duckdb.connect()
+        try:
+            con.execute("attach $path as catalog (storage_version $version)", {"path": str(aside), "version": STORAGE_VERSION})
+            con.execute("create table catalog._retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
+            con.execute(
+                "insert into catalog._retrieval_eval values ($id, $version, $root)",
+                {"id": state.warehouse_id, "version": state.version, "root": str(warehouse.root)},
+            )
+            con.execute("create table catalog._partitions (table_name varchar, run_id varchar, path varchar)")
+            rows = [(table, run_id, part.path) for run_id, run in sorted(state.runs.items()) for table, part in run.files()]
+            if rows:
+                con.executemany("insert into catalog._partitions values (?, ?, ?)", rows)
+            for table in TABLES:
+                files = [str(warehouse.root / part.path) for part in state.files(table)]
+                if files:
+                    con.execute(_view_ddl(table, files))
+            con.execute("detach catalog")
+        finally:
+            con.close()
+        if target.exists() and not _owned(target, state.warehouse_id):
+            foreign = target.with_name(f"{target.name}.foreign-{uuid.uuid4().hex[:8]}")
+            os.replace(target, foreign)
+            print(f"retrieval-eval: {target} was not this warehouse's catalog; moved it to {foreign.name}",
+                  file=sys.stderr)
+        os.replace(aside, target)
+        target.with_name(target.name + ".wal").unlink(missing_ok=True)
+    finally:
+        aside.unlink(missing_ok=True)
+        aside.with_name(aside.name + ".wal").unlink(missing_ok=True)
+
+
+def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = False) -> bool:
+    """Make the catalog when it is not current; with `announce`, say so when it was missing,
+    unreadable or made for another folder (not merely behind a commit). A failure (a full
+    disk, a read-only folder) is a warning, never a lost commit: the log holds the truth.
+    Returns whether the catalog is current."""
+    if catalog_is_current(warehouse, state):
+        return True
+    if not state.runs:
+        return False
+    why = _why_stale(warehouse, state) if announce else None
+    try:
+        write_catalog(warehouse, state)
+    except (OSError, duckdb.Error) as error:
+        print(f"retrieval-eval: warning: could not write {warehouse.catalog_path} ({error}); "
+              "the warehouse is committed, `retrieval-eval warehouse rebuild` makes it again",
+              file=sys.stderr)
+        return False
+    if why:
+        print(f"retrieval-eval: {warehouse.catalog_path} was {why}; made it again from the transaction log",
+              file=sys.stderr)
+    return True
+
+
+def _why_stale(warehouse: Warehouse, state: State) -> str | None:
+    """Why the catalog is not current, when it is more than a commit behind."""
+    path = warehouse.catalog_path
+    if not path.exists():
+        return "missing"
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            (root,) = con.execute("select root from _retrieval_eval").fetchone()
+    except duckdb.Error:
+        return "unreadable or not this warehouse's"
+    return f"made for {root}" if root != str(warehouse.root) else None

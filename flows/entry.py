@@ -1,0 +1,18 @@
+"""The command's entry point, kept to a few lines: an interrupt that arrives while the command
+is still being imported ends it quietly with 130 / 143, like one that arrives later."""
+
+import signal
+
+EXIT_ON_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _exit_quietly(signum, frame) -> None:
+    raise SystemExit(EXIT_ON_SIGNAL[signum])
+
+
+def console() -> int:
+    for signum in EXIT_ON_SIGNAL:
+        signal.signal(signum, _exit_quietly)
+    from .cli import console as command
+
+    return command()

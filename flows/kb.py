@@ -1,0 +1,56 @@
+"""The knowledge base (cards.jsonl) and dataset integrity: every gold id of every run
+resolves to a card (SPEC 5 `check-kb`), and the report's count of those that do not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .. import sql
+from ..transforms.errors import InputError
+from .artifacts import RunFolder
+from .engine import connect
+
+
+def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
+    """Temp table kb_cards (id, title) in `con`, checked: every card has a unique id."""
+    if not kb.is_file():
+        raise InputError(f"{kb}: no such knowledge base file")
+    try:
+        con.execute("create or replace temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
+    except duckdb.Error as error:
+        raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
+    [(n_missing, n_repeated)] = con.execute(
+        "select count(*) filter (where id is null or id = ''), count(id) - count(distinct id) from kb_cards"
+    ).fetchall()
+    if n_missing or n_repeated:
+        raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
+
+
+def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:
+    """One row per (run, case, field, gold id) written in the cases files that is not a KB card."""
+    with connect() as con:
+        load_kb(con, kb)
+        con.execute("create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)")
+        for folder in folders:
+            try:
+                con.execute("insert into gold_ids " + sql.load("gold_ids"),
+                            {"path": str(folder.cases_file), "run_id": folder.run_id})
+            except duckdb.Error:
+                raise InputError(
+                    f"{folder.cases_file}: has malformed records; `retrieval-eval run` names them by line"
+                ) from None
+        return con.sql(sql.load("gold_not_in_kb")).pl().sort(pl.all())
+
+
+def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
+    """Per run of `run_ids`, the effective gold ids that are not KB cards (run_id, n_ids,
+    n_cases); `con` has the `cases` view and kb_cards (`load_kb`)."""
+    return con.sql(sql.load("kb_unknown_gold"), params={"ids": run_ids}).pl()
+
+
+def kb_titles(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
+    """Card id → title of the KB loaded in `con`."""
+    return dict(con.execute("select id, title from kb_cards").fetchall())

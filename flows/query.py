@@ -1,0 +1,140 @@
+"""`retrieval-eval query`: ad-hoc SQL over the warehouse views that cannot harm or leak
+(SPEC 10). Only read statements run; DuckDB's own settings limit file access to the
+warehouse folder and are then locked; results stream to the output in batches, so a query of
+millions of rows holds one batch at a time in every format."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+import duckdb
+
+from ..transforms.errors import InputError
+from ..transforms.report_render import Table, layout_text
+from .views import add_views, naming_damage, read_state
+from .warehouse import Warehouse
+
+READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+FETCH_ROWS = 10_000
+TABLE_WIDTH_ROWS = 1_000  # the table format sets its column widths from this many rows
+
+
+def read_only_statement(text: str) -> str:
+    """The one read statement of `text`; anything else is bad input."""
+    try:
+        statements = duckdb.extract_statements(text)
+    except duckdb.Error as error:
+        raise InputError(f"query: {error}") from None
+    if not statements:
+        raise InputError("query: no SQL statement given (empty or only comments)")
+    if len(statements) > 1:
+        raise InputError(f"query: give one statement, got {len(statements)}")
+    statement = statements[0]
+    if statement.type not in READ_STATEMENTS:
+        kind = statement.type.name.replace("_STATEMENT", "").lower()
+        raise InputError(f"query: only read statements (select, explain) run here, got {kind}")
+    return statement.query
+
+
+def sandboxed(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with the warehouse's views that reads only the warehouse."""
+    state = read_state(warehouse)
+    con = duckdb.connect()
+    try:
+        add_views(con, warehouse, state)
+        con.execute("set allowed_directories = $dirs", {"dirs": [str(warehouse.root) + "/"]})
+        con.execute("set enable_external_access = false")
+        con.execute("set autoinstall_known_extensions = false")
+        con.execute("set autoload_known_extensions = false")
+        con.execute("set lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _rows(cursor: duckdb.DuckDBPyConnection) -> Iterator[list[tuple]]:
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        yield rows
+
+
+def _cell(value) -> str:
+    return "" if value is None else str(value)
+
+
+def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO = sys.stdout) -> int:
+    """Run one read statement and stream its rows to `out`; returns the number of rows."""
+    statement = read_only_statement(text)
+    state = read_state(warehouse)
+    with sandboxed(warehouse) as con, naming_damage(warehouse, state):
+        try:
+            cursor = con.execute(statement)
+        except duckdb.Error as error:
+            raise InputError(f"query failed: {error}") from None
+        columns = [d[0] for d in cursor.description or []]
+        writers = {"json": _write_json, "csv": _write_csv, "table": _write_table}
+        try:
+            return writers[output_format](columns, _rows(cursor) if columns else iter(()), out)
+        except duckdb.Error as error:
+            raise InputError(f"query failed: {error}") from None
+
+
+def _write_json(columns: list[str], batches: Iterator[list[tuple]], out: TextIO) -> int:
+    n = 0
+    out.write("[")
+    for rows in batches:
+        for row in rows:
+            out.write(("," if n else "") + "\n  " + json.dumps(dict(zip(columns, row, strict=True)), default=str))
+            n += 1
+    out.write("\n]\n" if n else "]\n")
+    return n
+
+
+def _write_csv(columns: list[str], batches: Iterator[list[tuple]], out: TextIO) -> int:
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    n = 0
+    for rows in batches:
+        writer.writerows(rows)
+        n += len(rows)
+    return n
+
+
+def _write_table(columns: list[str], batches: Iterator[list[tuple]], out: TextIO) -> int:
+    """Aligned columns, their widths set by the first rows (a wider cell later stretches its
+    line only), then a count."""
+    head: list[list[str]] = []
+    n = 0
+    widths = None
+    for rows in batches:
+        for row in rows:
+            cells = [_cell(value) for value in row]
+            n += 1
+            if widths is None:
+                head.append(cells)
+                if len(head) < TABLE_WIDTH_ROWS:
+                    continue
+                widths = _flush_head(columns, head, out)
+                continue
+            out.write(_line(cells, widths) + "\n")
+    if widths is None:
+        _flush_head(columns, head, out)
+    out.write(f"({n} row{'s' if n != 1 else ''})\n")
+    return n
+
+
+def _flush_head(columns: list[str], head: list[list[str]], out: TextIO) -> list[int]:
+    table = Table(columns, head, len(columns))
+    out.write(layout_text(table) + "\n")
+    widths = [len(h) for h in columns]
+    for row in head:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    return widths
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()

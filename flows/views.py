@@ -1,0 +1,130 @@
+"""Reading the warehouse: DuckDB connections whose views are made from the transaction log at
+the warehouse's present root (so a moved or copied folder answers as it is), over only the
+runs a command needs, with every part it reads checked against what was committed.
+
+A missing, truncated or corrupt part is named with its run (exit 2, with what to do);
+`warehouse check` (flows/warehouse_check.py) verifies every part in full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from ..transforms.errors import InputError
+from .engine import connect
+from .warehouse import TABLES, PartFile, State, Warehouse, file_digest
+
+HEAL = ("re-run `retrieval-eval run` over the run's artifacts to evaluate it again, "
+        "or see `retrieval-eval warehouse check`")
+
+
+class DamagedPart(InputError):
+    """A committed file is missing or differs from what was committed."""
+
+
+def damage_message(warehouse: Warehouse, table: str, run_id: str, part: PartFile, what: str) -> str:
+    return f"{warehouse.root / part.path}: part of table {table} of run {run_id} is {what}; {HEAL}"
+
+
+def part_damage(warehouse: Warehouse, part: PartFile) -> str | None:
+    """What is wrong with a part, as cheaply as it can be told: its size, and when its mtime
+    is not the committed one (a part is never rewritten; a copy without -p also moves it),
+    its digest. `warehouse check` reads every byte whatever the stat says."""
+    path = warehouse.root / part.path
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return "missing"
+    if stat.st_size != part.bytes:
+        return f"damaged ({stat.st_size} bytes, {part.bytes} committed)"
+    if stat.st_mtime_ns != part.mtime_ns and file_digest(path) != part.blake3:
+        return "damaged (its bytes differ from those committed)"
+    return None
+
+
+def checked_files(warehouse: Warehouse, state: State, table: str, run_ids: Iterable[str] | None = None) -> list[str]:
+    """Absolute paths of a table's committed files for `run_ids` (all runs when None), each
+    present at its committed size."""
+    chosen = sorted(state.runs) if run_ids is None else [r for r in run_ids if r in state.runs]
+    files = []
+    for run_id in chosen:
+        for part in state.runs[run_id].tables.get(table, []):
+            damage = part_damage(warehouse, part)
+            if damage:
+                raise DamagedPart(damage_message(warehouse, table, run_id, part, damage))
+            files.append(str(warehouse.root / part.path))
+    return files
+
+
+def read_state(warehouse: Warehouse) -> State:
+    """The committed state, for a command that reads the warehouse (without any run, that is
+    bad input). On the way, a catalog that is missing, stale, moved or unreadable is made
+    again from the log when no writer is busy (flows/catalog.py), and a warehouse written
+    before the log existed is adopted."""
+    from .catalog import refresh_catalog
+    from .warehouse_check import adopt_legacy_catalog
+
+    if not warehouse.exists():
+        if not warehouse.catalog_path.exists():
+            raise InputError(f"{warehouse.root}: no warehouse here yet (run `retrieval-eval run` first)")
+        adopt_legacy_catalog(warehouse)
+    state = warehouse.state()
+    if not state.runs:
+        raise InputError(f"{warehouse.root}: the warehouse holds no runs yet (run `retrieval-eval run` first)")
+    if warehouse.try_locked():
+        refresh_catalog(warehouse, state, announce=True)
+    return state
+
+
+def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State,
+              run_ids: Iterable[str] | None = None, tables: Iterable[str] = TABLES) -> None:
+    """One view per table over the committed files of `run_ids` (all when None)."""
+    chosen = None if run_ids is None else list(run_ids)
+    with naming_damage(warehouse, state):
+        for table in tables:
+            files = checked_files(warehouse, state, table, chosen)
+            if files:
+                con.read_parquet(files, union_by_name=True).create_view(table)
+
+
+def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Iterable[str] | None = None,
+                tables: Iterable[str] = TABLES) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with the warehouse's views (see `add_views`)."""
+    state = state or read_state(warehouse)
+    con = connect()
+    try:
+        add_views(con, warehouse, state, run_ids, tables)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+_QUOTED_PATH = re.compile(r'"([^"]+\.parquet)"|\'([^\']+\.parquet)\'|(/\S+\.parquet)')
+
+
+@contextmanager
+def naming_damage(warehouse: Warehouse, state: State) -> Iterator[None]:
+    """DuckDB's errors on a committed file it cannot read (a corrupt footer, a truncated page)
+    raised as DamagedPart naming the file and its run."""
+    try:
+        yield
+    except (duckdb.IOException, duckdb.InvalidInputException, duckdb.InternalException) as error:
+        owner = state.owner()
+        for match in _QUOTED_PATH.finditer(str(error)):
+            path = Path(next(g for g in match.groups() if g))
+            try:
+                relative = str(path.relative_to(warehouse.root))
+            except ValueError:
+                continue
+            if relative in owner:
+                table, run_id = owner[relative]
+                part = next(p for p in state.runs[run_id].tables[table] if p.path == relative)
+                raise DamagedPart(damage_message(warehouse, table, run_id, part, f"unreadable ({error})")) from None
+        raise
+

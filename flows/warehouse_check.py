@@ -1,0 +1,118 @@
+"""`warehouse check` and `warehouse rebuild` (SPEC 10): every committed part verified against
+what its commit recorded, and the catalog made again from the log — adopting a warehouse
+written before the log existed, whose catalog alone said which files make each run."""
+
+from __future__ import annotations
+
+import sys
+
+import duckdb
+import pyarrow.parquet as pq
+
+from ..transforms.errors import InputError
+from .catalog import write_catalog
+from .views import HEAL
+from .warehouse import LOG, RunCommit, State, Warehouse, describe_part, file_digest
+
+
+def check_warehouse(warehouse: Warehouse) -> list[str]:
+    """One line per committed part that is not as committed (missing, another size or
+    digest, not readable Parquet, another row count), per file the log does not know, and,
+    when every part is whole, per row that breaks a data audit; none when all is well."""
+    if not warehouse.exists():
+        raise InputError(f"{warehouse.root}: no warehouse here (no {LOG}/ folder)")
+    state = warehouse.state()
+    problems = []
+    for run_id, run in sorted(state.runs.items()):
+        for table, part in run.files():
+            path = warehouse.root / part.path
+            where = f"{path}: table {table} of run {run_id}"
+            if not path.exists():
+                problems.append(f"{where}: missing; {HEAL}")
+                continue
+            size = path.stat().st_size
+            if size != part.bytes:
+                problems.append(f"{where}: {size} bytes, {part.bytes} committed; {HEAL}")
+                continue
+            if file_digest(path) != part.blake3:
+                problems.append(f"{where}: its bytes differ from those committed; {HEAL}")
+                continue
+            try:
+                rows = pq.ParquetFile(path).metadata.num_rows
+            except Exception as error:  # noqa: BLE001 — any failure to read the footer is damage
+                problems.append(f"{where}: not readable Parquet ({error}); {HEAL}")
+                continue
+            if rows != part.rows:
+                problems.append(f"{where}: {rows} rows, {part.rows} committed; {HEAL}")
+    referenced = state.referenced()
+    unknown = sorted(
+        str(p.relative_to(warehouse.root)) for p in warehouse.root.glob("*/run_id=*/*.parquet")
+        if str(p.relative_to(warehouse.root)) not in referenced
+        and str(p.relative_to(warehouse.root)) not in {item["path"] for item in state.superseded}
+    )
+    damaged = bool(problems)
+    problems += [f"{warehouse.root / path}: not in the transaction log (left as it is)" for path in unknown]
+    return problems if damaged else problems + audit_warehouse(warehouse)
+
+
+def adopt_legacy_catalog(warehouse: Warehouse) -> State:
+    """Write log version 1 from the `_partitions` table of a catalog made before the log
+    existed, so that its runs are kept (and never taken for leftovers)."""
+    with warehouse.locked():
+        if warehouse.exists() and warehouse.state().runs:
+            return warehouse.state()
+        try:
+            with duckdb.connect(str(warehouse.catalog_path), read_only=True) as con:
+                rows = con.execute("select table_name, run_id, path from _partitions order by run_id, table_name, path").fetchall()
+        except duckdb.Error as error:
+            raise InputError(f"{warehouse.catalog_path}: neither a transaction log nor a readable catalog ({error})") from None
+        runs: dict[str, dict] = {}
+        for table, run_id, path in rows:
+            part = describe_part(warehouse.root / path, warehouse.root)
+            runs.setdefault(run_id, {}).setdefault(table, []).append(part)
+        from .warehouse import Transaction
+
+        txn = Transaction(warehouse, warehouse.state())
+        txn.start()
+        try:
+            state = txn.commit({run_id: RunCommit(tables, None, None) for run_id, tables in runs.items()})
+        finally:
+            txn.end()
+        print(f"retrieval-eval: adopted {len(runs)} run(s) of {warehouse.catalog_path} into a transaction log",
+              file=sys.stderr)
+        return state
+
+
+def rebuild(warehouse: Warehouse) -> State:
+    """The catalog made again from the log (adopting a catalog-only warehouse first)."""
+    if not warehouse.exists():
+        if not warehouse.catalog_path.exists():
+            raise InputError(f"{warehouse.root}: no warehouse here (no {LOG}/ folder and no catalog)")
+        adopt_legacy_catalog(warehouse)
+    state = warehouse.state()
+    if not state.runs:
+        raise InputError(f"{warehouse.root}: the transaction log holds no runs")
+    with warehouse.locked():
+        write_catalog(warehouse, state)
+    return state
+
+
+def audit_warehouse(warehouse: Warehouse) -> list[str]:
+    """The data audits of sql/audits/ over every view: one line per row that breaks one
+    (unique keys per grain, metrics in [0, 1], hit ≥ recall and nDCG, monotone in k, runs
+    rows that agree with their cases)."""
+    from .. import sql
+    from .views import open_reader
+
+    state = warehouse.state()
+    if not state.runs:
+        return []
+    problems = []
+    with open_reader(warehouse, state) as con:
+        views = {row[0] for row in con.execute("select view_name from duckdb_views()").fetchall()}
+        for name, text in sql.audits().items():
+            if {"runs", "cases", "case_metrics"} - views:
+                break  # only refused runs: nothing to audit
+            for audit, run_id, detail in con.execute(text).fetchall():
+                problems.append(f"audit {audit}: run {run_id}: {detail}")
+    return problems

@@ -1,0 +1,57 @@
+"""Interrupts (SPEC 5): Ctrl-C (SIGINT) or SIGTERM at any moment of `run` ends it with one
+line on stderr and exit 130 / 143, no traceback, nothing half-visible and no scratch left;
+the warehouse holds each run as before or whole."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from builders import write_run
+from test_reliability import assert_every_run_whole, leftovers, synthetic_cases
+
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("interrupts")
+    write_run(root / "runs", "small", lines=synthetic_cases(50))
+    write_run(root / "runs", "big", lines=synthetic_cases(30_000))
+    return root / "runs"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupt_at_any_moment_ends_cleanly(runs, tmp_path, signum):
+    warehouse = tmp_path / "wh"
+    args = [sys.executable, "-m", "retrieval_eval", "run", str(runs), "--warehouse", str(warehouse),
+            "--report-dir", str(tmp_path / "rep")]
+    interrupted = 0
+    for delay in (0.15, 0.5, 1.0, 1.6, 2.3, 3.2):
+        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        if process.poll() is None:
+            process.send_signal(signum)
+        _, stderr = process.communicate(timeout=120)
+        if process.returncode == 0:  # it finished before the signal: evaluate it again next time
+            warehouse_done = assert_every_run_whole(warehouse)
+            assert warehouse_done == {"small": 50, "big": 30_000}
+            subprocess.run([sys.executable, "-m", "retrieval_eval", "warehouse", "vacuum", "--warehouse",
+                            str(warehouse)], check=True, capture_output=True)
+            for run_dir in runs.iterdir():
+                (run_dir / "manifest.json").touch()  # a new stamp and the same bytes: read again
+            continue
+        interrupted += 1
+        assert process.returncode == EXIT[signum], stderr
+        assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+        assert stderr.startswith("retrieval-eval: ")
+        state = assert_every_run_whole(warehouse)
+        assert set(state) <= {"small", "big"} and all(n in (50, 30_000) for n in state.values())
+        assert not (warehouse / ".scratch").exists() or not any((warehouse / ".scratch").iterdir())
+        if (warehouse / "_log").exists():
+            assert not list((warehouse / "_log" / "pending").glob("*.json"))
+            assert leftovers(warehouse) == set()
+    assert interrupted >= 3

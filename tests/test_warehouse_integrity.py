@@ -1,0 +1,212 @@
+"""The warehouse never loses a committed run, whatever happens to its files (SPEC 10): a lost,
+foreign or unreadable catalog, a damaged part, a folder moved or copied, a reader holding the
+catalog open, an older DuckDB opening it, a warehouse written before the transaction log."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from datetime import timedelta
+from pathlib import Path
+
+import duckdb
+import pytest
+from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
+
+from retrieval_eval.flows.warehouse import Warehouse
+
+REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"
+
+
+@pytest.fixture
+def sample(sample_copy):
+    """The committed sample evaluated into a private warehouse, through the command."""
+    result = cli("run", cwd=sample_copy.parent)
+    assert result.returncode == 0, result.stderr
+    return sample_copy.parent
+
+
+def views(warehouse: Path) -> dict[str, list]:
+    with reader(warehouse) as con:
+        return {name: sorted(con.table(name).fetchall(), key=repr)
+                for name in ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")}
+
+
+def catalog_views(catalog: Path) -> dict[str, list]:
+    with duckdb.connect(str(catalog), read_only=True) as con:
+        return {name: sorted(con.table(name).fetchall(), key=repr)
+                for name in ("runs", "cases", "case_metrics", "aggregates")}
+
+
+def parts(root: Path) -> set[Path]:
+    return set(root.glob("data/warehouse/*/run_id=*/*.parquet"))
+
+
+def test_a_deleted_catalog_loses_nothing_when_a_subset_of_runs_is_run(sample):
+    warehouse = sample / "data" / "warehouse"
+    before_parts, before = parts(sample), views(warehouse)
+    (warehouse / "catalog.duckdb").unlink()
+    result = cli("run", f"data/runs/{REGRESSION}", cwd=sample)
+    assert result.returncode == 0, result.stderr
+    assert parts(sample) >= before_parts  # no file was deleted
+    assert views(warehouse) == before  # all four runs' history is there
+    # The catalog is made again, with every run in it.
+    with duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True) as con:
+        assert sorted(r[0] for r in con.execute("select run_id from runs").fetchall()) == SAMPLE_RUN_IDS
+
+
+def test_a_catalog_rebuilt_from_the_log_equals_the_original(sample):
+    catalog = sample / "data" / "warehouse" / "catalog.duckdb"
+    original = catalog_views(catalog)
+    catalog.unlink()
+    result = cli("warehouse", "rebuild", cwd=sample)
+    assert result.returncode == 0, result.stderr
+    assert catalog_views(catalog) == original
+    # A reading command makes a missing catalog again by itself, and says so.
+    catalog.unlink()
+    queried = cli("query", "select count(*) as n from runs", "--format", "csv", cwd=sample)
+    assert queried.returncode == 0 and queried.stdout == "n\n4\n"
+    assert "catalog.duckdb was missing; made it again from the transaction log" in queried.stderr
+    assert catalog_views(catalog) == original
+
+
+@pytest.mark.parametrize("spoil", ["garbage", "foreign"])
+def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoil):
+    warehouse = sample / "data" / "warehouse"
+    catalog = warehouse / "catalog.duckdb"
+    before_parts = parts(sample)
+    catalog.unlink()
+    if spoil == "garbage":
+        catalog.write_bytes(b"not a database at all" * 100)
+    else:  # someone's own database under the same name
+        with duckdb.connect(str(catalog)) as con:
+            con.execute("create table notes as select 'mine' as text")
+    result = cli("run", f"data/runs/{SAMPLE_RUN_IDS[0]}", cwd=sample)
+    assert result.returncode == 0, result.stderr
+    assert parts(sample) >= before_parts
+    assert len(views(warehouse)["runs"]) == 4
+    if spoil == "foreign":  # moved aside, never overwritten
+        [aside] = warehouse.glob("catalog.duckdb.foreign-*")
+        with duckdb.connect(str(aside), read_only=True) as con:
+            assert con.execute("select text from notes").fetchall() == [("mine",)]
+
+
+@pytest.mark.damages_warehouse
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "corrupt"])
+def test_a_damaged_part_is_named_with_its_run_and_healed_by_run(sample, damage):
+    warehouse = sample / "data" / "warehouse"
+    state = Warehouse(warehouse).state()
+    [part] = state.runs[REGRESSION].tables["case_metrics"]
+    path = warehouse / part.path
+    data = path.read_bytes()
+    if damage == "deleted":
+        path.unlink()
+    elif damage == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # same size, other bytes in the middle
+        path.write_bytes(data[:100] + bytes(b ^ 0x5A for b in data[100:400]) + data[400:])
+
+    gated = cli("gate", REGRESSION, "--baseline", str(SAMPLE_BASELINE), cwd=sample)
+    assert gated.returncode == 2, gated.stdout
+    assert str(path) in gated.stderr and f"run {REGRESSION}" in gated.stderr
+    assert "retrieval-eval run" in gated.stderr and "Traceback" not in gated.stderr
+    checked = cli("warehouse", "check", cwd=sample)
+    assert checked.returncode == 1 and str(path) in checked.stdout and REGRESSION in checked.stdout
+
+    healed = cli("run", cwd=sample)
+    assert healed.returncode == 0, healed.stderr
+    assert f"run {REGRESSION}: part {part.path} of table case_metrics is" in healed.stderr
+    assert cli("warehouse", "check", cwd=sample).returncode == 0
+    assert cli("gate", REGRESSION, "--baseline", str(SAMPLE_BASELINE), cwd=sample).returncode == 1  # its true verdict
+
+
+@pytest.mark.parametrize("how", ["moved", "copied"])
+def test_a_moved_or_copied_warehouse_works_at_its_new_path_for_every_command(sample, tmp_path, how):
+    old = sample / "data" / "warehouse"
+    new = tmp_path / "elsewhere" / "warehouse"
+    new.parent.mkdir()
+    (shutil.move if how == "moved" else shutil.copytree)(str(old), str(new))
+    args = ["--warehouse", str(new)]
+    queried = cli("query", "select count(*) as n from case_metrics where k = 4", *args, "--format", "csv", cwd=tmp_path)
+    assert queried.returncode == 0 and queried.stdout == "n\n960\n", queried.stderr
+    assert f"made for {old}" in queried.stderr  # the catalog followed the folder
+    gated = cli("gate", REGRESSION, *args, "--baseline", str(SAMPLE_BASELINE), cwd=tmp_path)
+    assert gated.returncode == 1 and "pt-BR" in gated.stdout, gated.stderr
+    refreshed = cli("baseline", "refresh", REGRESSION, *args, "--out", str(tmp_path / "b.json"), cwd=tmp_path)
+    assert refreshed.returncode == 0, refreshed.stderr
+    assert cli("warehouse", "check", *args, cwd=tmp_path).returncode == 0
+    ran = cli("run", str(sample / "data" / "runs"), *args, "--report-dir", str(tmp_path / "rep"), cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    # People's view of it: the catalog names the new folder's files.
+    with duckdb.connect(str(new / "catalog.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from case_metrics where k = 4").fetchone() == (960,)
+        assert con.execute("select root from _retrieval_eval").fetchone() == (str(new),)
+
+
+def test_a_reader_holding_the_catalog_open_does_not_make_run_lose_its_work(sample):
+    warehouse = sample / "data" / "warehouse"
+    shutil.rmtree(sample / "data" / "runs" / SAMPLE_RUN_IDS[0])  # one run fewer in the folder...
+    held = duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True)
+    try:
+        assert held.execute("select count(*) from runs").fetchone() == (4,)
+        # ... and a new one beside the others, committed while the catalog is held.
+        new_run = sample / "data" / "runs" / "2026-11-30-new"
+        shutil.copytree(sample / "data" / "runs" / REGRESSION, new_run)
+        manifest = json.loads((new_run / "manifest.json").read_text())
+        (new_run / "manifest.json").write_text(json.dumps({**manifest, "run_id": "2026-11-30-new",
+                                                           "created_at": "2026-11-30T02:00:00Z"}))
+        result = cli("run", cwd=sample)
+        assert result.returncode == 0, result.stderr
+        assert held.execute("select count(*) from runs").fetchone() == (4,)  # its snapshot, unharmed
+    finally:
+        held.close()
+    with duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True) as con:
+        assert con.execute("select count(*) from runs").fetchone() == (5,)
+
+
+def test_the_duckdb_cli_users_install_opens_the_catalog(sample):
+    duckdb_cli = shutil.which("duckdb")
+    assert duckdb_cli, "the duckdb-cli package (a test dependency) provides the `duckdb` command"
+    version = subprocess.run([duckdb_cli, "--version"], capture_output=True, text=True).stdout
+    result = subprocess.run(
+        [duckdb_cli, "-readonly", "-csv", str(sample / "data" / "warehouse" / "catalog.duckdb"),
+         "-c", "select run_id, n_labelled from runs order by run_id"],
+        capture_output=True, text=True, cwd="/",
+    )
+    assert result.returncode == 0, (version, result.stderr)
+    assert result.stdout.splitlines() == ["run_id,n_labelled", *[f"{run_id},240" for run_id in SAMPLE_RUN_IDS]]
+
+
+def test_superseded_files_are_kept_for_the_retention_then_vacuumed(sample):
+    warehouse = Warehouse(sample / "data" / "warehouse")
+    run_dir = sample / "data" / "runs" / SAMPLE_RUN_IDS[0]
+    (run_dir / "cases.jsonl").write_text((run_dir / "cases.jsonl").read_text() + "\n")  # new bytes, same cases
+    before = parts(sample)
+    assert cli("run", cwd=sample).returncode == 0
+    superseded = {sample / "data" / "warehouse" / item["path"] for item in warehouse.state().superseded}
+    assert superseded and superseded <= before and all(p.exists() for p in superseded)  # kept: within retention
+    vacuumed = cli("warehouse", "vacuum", "--retention-days", "0", cwd=sample)
+    assert vacuumed.returncode == 0 and f"deleted {len(superseded)} superseded file(s)" in vacuumed.stdout
+    assert not any(p.exists() for p in superseded)
+    assert len(views(sample / "data" / "warehouse")["runs"]) == 4
+    assert warehouse.vacuum(timedelta(0)) == []
+
+
+def test_a_warehouse_written_before_the_log_is_adopted_not_lost(tmp_path):
+    # What an earlier version left: parts and a catalog whose _partitions table alone says
+    # which files make each run.
+    root = tmp_path / "wh"
+    folder = root / "runs" / "run_id=old-run"
+    folder.mkdir(parents=True)
+    import polars as pl
+
+    pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]}).write_parquet(folder / "part-20261101T000000-abcd1234-000.parquet")
+    with duckdb.connect(str(root / "catalog.duckdb")) as con:
+        con.execute("create table _partitions (table_name varchar, run_id varchar, path varchar)")
+        con.execute("insert into _partitions values ('runs', 'old-run', 'runs/run_id=old-run/part-20261101T000000-abcd1234-000.parquet')")
+    result = cli("query", "select run_id, n_cases from runs", "--warehouse", str(root), "--format", "csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "run_id,n_cases\nold-run,3\n"
+    assert "adopted 1 run(s)" in result.stderr
+    assert Warehouse(root).state().runs["old-run"].tables["runs"][0].rows == 1
