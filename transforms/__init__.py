@@ -1,1 +1,1 @@
-"""Pure steps of the retrieval-eval pipeline: each reads files or frames and returns new ones."""
+"""Pure steps of retrieval-eval: frames and values in, frames and values out (no files, threads or caches)."""
