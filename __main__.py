@@ -1,5 +1,6 @@
 """`python -m retrieval_eval`: the same command as `retrieval-eval`."""
 
-from .flows.entry import console
+if __name__ == "__main__":  # not when a worker process re-imports the main module (multiprocessing spawn)
+    from .flows.entry import console
 
-raise SystemExit(console())
+    raise SystemExit(console())

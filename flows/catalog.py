@@ -17,8 +17,9 @@ import uuid
 from pathlib import Path
 
 import duckdb
+import polars as pl
 
-from .warehouse import TABLES, State, Warehouse
+from .warehouse import TABLES, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
 META_TABLE = "_retrieval_eval"  # warehouse_id, log_version, root
@@ -37,7 +38,7 @@ def catalog_is_current(warehouse: Warehouse, state: State) -> bool:
     return row == (state.warehouse_id, state.version, str(warehouse.root))
 
 
-def _view_ddl(table: str, files: list[str]) -> str:
+def _view_ddl(table: str, files: list[str], by_name: bool) -> str:
     # DuckDB refuses bind parameters in CREATE VIEW, so the file list is a literal rendered and
     # quoted by DuckDB itself; `table` is one of the fixed TABLES.
     if table not in TABLES:
@@ -45,7 +46,7 @@ def _view_ddl(table: str, files: list[str]) -> str:
     return (
         "create view catalog." + table + " as select * from read_parquet("
         + str(duckdb.ConstantExpression(files))
-        + ", union_by_name = true)"
+        + (", union_by_name = true)" if by_name else ")")
     )
 
 
@@ -78,14 +79,14 @@ def write_catalog(warehouse: Warehouse, state: State) -> None:
                 "insert into catalog._retrieval_eval values ($id, $version, $root)",
                 {"id": state.warehouse_id, "version": state.version, "root": str(warehouse.root)},
             )
-            con.execute("create table catalog._partitions (table_name varchar, run_id varchar, path varchar)")
             rows = [(table, run_id, part.path) for run_id, run in sorted(state.runs.items()) for table, part in run.files()]
-            if rows:
-                con.executemany("insert into catalog._partitions values (?, ?, ?)", rows)
+            partitions = pl.DataFrame(rows, schema=["table_name", "run_id", "path"], orient="row")
+            con.register("partitions", partitions)
+            con.execute("create table catalog._partitions as select * from partitions")
             for table in TABLES:
-                files = [str(warehouse.root / part.path) for part in state.files(table)]
-                if files:
-                    con.execute(_view_ddl(table, files))
+                parts = state.files(table)
+                if parts:
+                    con.execute(_view_ddl(table, [str(warehouse.root / p.path) for p in parts], union_by_name(parts)))
             con.execute("detach catalog")
         finally:
             con.close()

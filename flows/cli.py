@@ -68,6 +68,24 @@ def bounded(cast, low, high, expected: str):
     return parse
 
 
+METRIC_CHOICES = ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k")
+GATED_DEFAULT = ("hit_at_k", "recall_at_k", "ndcg_at_k")
+SLICE_CHOICES = ("all", "locale", "category", "locale_category")
+
+
+def parse_names(allowed: tuple[str, ...]):
+    """An argparse type: a comma-separated list of names, each one of `allowed`."""
+
+    def parse(text: str) -> list[str]:
+        names = [part.strip() for part in text.split(",") if part.strip()]
+        unknown = [name for name in names if name not in allowed]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(allowed)}, got {text!r}")
+        return list(dict.fromkeys(names))
+
+    return parse
+
+
 positive_int = bounded(int, 1, MAX_INT, f"an integer in [1, {MAX_INT}]")
 fraction = bounded(float, 0.0, 1.0, "a number in [0, 1]")
 non_negative = bounded(float, 0.0, 10_000.0, "a number of days >= 0")
@@ -99,6 +117,11 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-recall", type=fraction, help="absolute floor for recall@k on `all` (off unless given)")
     parser.add_argument("--allow-missing-cases", action="store_true",
                         help="pass although cases of the baseline are missing from the run")
+    parser.add_argument("--decision", choices=("point", "significant", "non-inferior"), default="point",
+                        help="point: fail on a drop past the tolerance; significant: and a paired test at --alpha "
+                             "(Holm over the gated lines) tells it from noise; non-inferior: pass only when the "
+                             "paired 95%% interval's lower bound is above −tolerance")
+    parser.add_argument("--alpha", type=fraction, default=0.05, help="significance level of --decision significant")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
     serve.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
     serve.add_argument("--baseline", type=Path, help="gate the newest run against this snapshot each night")
+    serve.add_argument("--crash-after", type=bounded(float, 30.0, 86_400.0, "seconds in [30, 86400]"), default=90.0,
+                       help="a served flow run whose heartbeats stop this long (its process was killed) is marked "
+                            "Crashed, and frees the deployment's concurrency slot")
     add_gate_arguments(serve)
     add_orchestration_arguments(serve, tracked_flag=False)
 
@@ -150,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("run_id")
     gate.add_argument("--baseline", type=Path, default=config.BASELINE)
     gate.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    gate.add_argument("--kb", type=Path, help=f"knowledge base (default {config.KB} when present): flips whose gold "
+                      "is not a card are told apart")
+    gate.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                      help="markdown fits a CI job summary or a pull-request comment; json is for CI to post")
     add_gate_arguments(gate)
 
     baseline = command("baseline", "the committed baseline snapshot", None)
@@ -184,6 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--retention-days", type=non_negative, default=config.RETENTION_DAYS,
                              help="keep superseded files this long (a reader may still be reading them)")
 
+    compare = command("compare", "paired comparison of runs against a reference, per slice and metric", cmd_compare)
+    compare.add_argument("run_ids", nargs="+", metavar="RUN_ID")
+    compare.add_argument("--reference", help="the run the others are compared with (default: the oldest given)")
+    compare.add_argument("--k", type=positive_int, help="cutoff (default: the reference's headline k)")
+    compare.add_argument("--metrics", type=parse_names(METRIC_CHOICES), default=list(GATED_DEFAULT),
+                         help="comma-separated metrics; the first also groups the runs")
+    compare.add_argument("--slices", type=parse_names(SLICE_CHOICES), default=["all", "locale"],
+                         help="comma-separated slices: all, locale, category, locale_category")
+    compare.add_argument("--test", choices=("randomization", "bootstrap", "t"), default="randomization",
+                         help="paired test: sign-flip randomization (exact when small), bootstrap, or t")
+    compare.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
+                         help="multiple-testing correction over every comparison printed")
+    compare.add_argument("--alpha", type=fraction, default=0.05)
+    compare.add_argument("--format", choices=("table", "markdown", "json", "html"), default="table")
+    compare.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+
     schema = command("schema", "print the JSON Schema of an input or baseline file", cmd_schema)
     schema.add_argument("name", choices=("cases", "manifest", "baseline"))
     return parser
@@ -191,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def gate_options(args: argparse.Namespace, baseline: Path):
     from .gating import GateOptions, floors_from
+    from .job import resolve_kb
 
     return GateOptions(
         baseline=baseline,
@@ -199,6 +246,9 @@ def gate_options(args: argparse.Namespace, baseline: Path):
         locale_tolerance=args.locale_tolerance,
         floors=floors_from(args.min_hit, args.min_recall),
         allow_missing_cases=args.allow_missing_cases,
+        decision=args.decision,
+        alpha=args.alpha,
+        kb=resolve_kb(args.kb),
     )
 
 
@@ -218,6 +268,11 @@ def job_options(args: argparse.Namespace):
     )
 
 
+def colour_wanted() -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
 def tracked(args: argparse.Namespace) -> bool:
     # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
     return args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
@@ -225,30 +280,78 @@ def tracked(args: argparse.Namespace) -> bool:
 
 def cmd_run(args: argparse.Namespace) -> int:
     if tracked(args):
-        from .prefect_flows import run_tracked
+        return run_with_prefect(args)
+    from .artifacts import first_cases_file
+    from .case_file import Prefetch
 
-        result = run_tracked(job_options(args), args.task_runner, args.dask_address)
-    else:
-        from .artifacts import first_cases_file
-        from .case_file import Prefetch
+    # The first run's file is parsed while Polars and DuckDB are imported.
+    with Prefetch(first_cases_file(args.runs)) as prefetch:
+        import_engines()
+        from .job import InProcess, run_job
 
-        # The first run's file is parsed while Polars and DuckDB are imported.
-        with Prefetch(first_cases_file(args.runs)) as prefetch:
-            import_engines()
-            from .job import InProcess, run_job
-
-            steps = InProcess(prefetch, relevance_level=args.relevance_level)
-            try:
-                result = run_job(job_options(args), steps)
-            finally:
-                steps.close()
+        steps = InProcess(prefetch)
+        try:
+            result = run_job(job_options(args), steps)
+        finally:
+            steps.close()
     return print_run(args, result)
 
 
-def print_run(args: argparse.Namespace, result) -> int:
-    from ..transforms.report_render import render_gate, render_json, render_terminal
+def run_with_prefect(args: argparse.Namespace) -> int:
+    """`run` as a tracked flow run; a lost API ends it with one warning line, the report of
+    what the warehouse holds, and exit 2 (the gate's verdict when the run was committed)."""
+    from .prefect_settings import check_api, prefect_environment
 
-    colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    prefect_environment()
+    if os.environ.get("PREFECT_API_URL"):
+        check_api(os.environ["PREFECT_API_URL"])  # before Prefect's import, which costs seconds
+    import_engines()
+    from .prefect_flows import LostApi, run_tracked
+    from .warehouse import Warehouse
+
+    options = job_options(args)
+    warehouse = Warehouse(options.warehouse)
+    before = warehouse.state().version if warehouse.exists() else 0
+    try:
+        return print_run(args, run_tracked(options, args.task_runner, args.dask_address))
+    except LostApi as lost:
+        print(f"retrieval-eval: warning: {lost}; the warehouse holds what was committed", file=sys.stderr)
+        return report_after_lost_api(args, options, warehouse, before)
+
+
+def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_before: int) -> int:
+    """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
+
+    from .job import InProcess
+    from .reports import ReportOptions
+
+    state = warehouse.state() if warehouse.exists() else None
+    if state is None or not state.runs:
+        return EXIT_BAD_INPUT
+    committed = state.version > version_before
+    steps = InProcess()
+    try:
+        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, options.kb, options.charts,
+                                                   options.gate.baseline if options.gate and committed else None))
+        gate = None
+        if committed and options.gate is not None:
+            from .artifacts import load_run_folders
+
+            newest = max(load_run_folders(options.runs), key=lambda f: (f.manifest.created_at_utc, f.run_id)).run_id
+            gate = steps.gate(state, newest, options.gate)
+    finally:
+        steps.close()
+    from .job import JobResult
+
+    code = print_run(args, JobResult([], state, report, gate))
+    return EXIT_FAILED if code == EXIT_FAILED else EXIT_BAD_INPUT
+
+
+def print_run(args: argparse.Namespace, result) -> int:
+    from ..transforms.gate_render import render_gate
+    from ..transforms.report_render import render_json, render_terminal
+
+    colour = colour_wanted()
     if args.json:
         sys.stdout.write(render_json(result.report.report))
     elif not args.quiet:
@@ -275,14 +378,23 @@ def cmd_check_kb(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from ..transforms.report_render import render_gate
+    from ..transforms.gate_render import (
+        render_gate,
+        render_gate_json,
+        render_gate_markdown,
+    )
     from .gating import gate_run
     from .views import read_state
     from .warehouse import Warehouse
 
     options = gate_options(args, args.baseline)
     result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options)
-    sys.stdout.write(render_gate(result, colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR")))
+    if args.format == "json":
+        sys.stdout.write(render_gate_json(result))
+    elif args.format == "markdown":
+        sys.stdout.write(render_gate_markdown(result))
+    else:
+        sys.stdout.write(render_gate(result, colour=colour_wanted()))
     return EXIT_OK if result.passed else EXIT_FAILED
 
 
@@ -309,9 +421,11 @@ def cmd_baseline_floors(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .prefect_flows import serve
+    from .prefect_settings import prefect_environment
 
+    prefect_environment()
     print(f"serving the nightly deployment ({args.cron}); Ctrl-C to stop", file=sys.stderr)
-    serve(args.cron, job_options(args), args.task_runner, args.dask_address)
+    serve(args.cron, job_options(args), args.task_runner, args.dask_address, crash_after_s=args.crash_after)
     return EXIT_OK
 
 
@@ -353,6 +467,19 @@ def cmd_warehouse_vacuum(args: argparse.Namespace) -> int:
 
     deleted = Warehouse(args.warehouse).vacuum(timedelta(days=args.retention_days))
     print(f"warehouse vacuum: deleted {len(deleted)} superseded file(s) older than {args.retention_days:g} day(s)")
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..transforms.compare_render import RENDERERS
+    from .comparing import compare_in_warehouse
+    from .warehouse import Warehouse
+
+    comparison = compare_in_warehouse(
+        Warehouse(args.warehouse), args.run_ids, reference=args.reference, k=args.k, metrics=args.metrics,
+        slices=args.slices, test=args.test, correction=args.correction, alpha=args.alpha,
+    )
+    sys.stdout.write(RENDERERS[args.format](comparison))
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow.parquet as pq
 from blake3 import blake3
 
-from .warehouse import PartFile
+from .warehouse import PartFile, columns_digest
 
 # Caps for one worker; a Dask worker sets these to its own share of the machine.
 THREADS_ENV = "RETRIEVAL_EVAL_THREADS"
@@ -73,10 +73,11 @@ def write_parquet(
     # conversion to large strings copied every string), except under a list or struct,
     # where Arrow's Parquet writer refuses views (pyarrow 26: "Slicing not implemented").
     nested = any(dtype.is_nested() for dtype in frame.dtypes)
+    table = frame.to_arrow(compat_level=pl.CompatLevel.oldest() if nested else pl.CompatLevel.newest())
     with open(path, "wb") as handle:
         hashing = _HashingFile(handle)
         pq.write_table(
-            frame.to_arrow(compat_level=pl.CompatLevel.oldest() if nested else pl.CompatLevel.newest()),
+            table,
             hashing,
             compression=compression,
             write_statistics=statistics,
@@ -85,4 +86,4 @@ def write_parquet(
         handle.flush()
         os.fsync(handle.fileno())
     return PartFile(str(path.relative_to(root)), hashing.size, frame.height, hashing.digest.hexdigest(),
-                    path.stat().st_mtime_ns)
+                    path.stat().st_mtime_ns, columns_digest(table.schema))

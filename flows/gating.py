@@ -13,6 +13,8 @@ from ..transforms.errors import InputError
 from ..transforms.gate import GateResult, compare
 from . import config
 from .baseline_file import read_baseline, write_baseline
+from .engine import connect
+from .kb import kb_titles, load_kb
 from .views import naming_damage, open_reader, read_state
 from .warehouse import State, Warehouse
 
@@ -27,6 +29,9 @@ class GateOptions:
     locale_tolerance: float = config.LOCALE_TOLERANCE
     floors: dict[str, float] = field(default_factory=dict)
     allow_missing_cases: bool = False
+    decision: str = "point"
+    alpha: float = 0.05
+    kb: Path | None = None  # a KB to tell the flips whose gold is not a card (gold_not_in_kb)
 
 
 def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, float]:
@@ -80,16 +85,31 @@ def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
     baseline_run = snapshot["run_id"]
     if baseline_run in state.runs and "runs" in state.runs[baseline_run].tables:
         recomputed = read_run(warehouse, state, baseline_run, snapshot["k"]).case_metrics
+    baseline_cases = snapshot_case_metrics(snapshot)
     return compare(
         snapshot,
         current.run,
         current.aggregates,
         current.case_metrics,
-        snapshot_case_metrics(snapshot),
+        baseline_cases,
         tolerance=options.tolerance,
         locale_tolerance=options.locale_tolerance,
         floors=options.floors,
+        decision=options.decision,
+        alpha=options.alpha,
         recomputed_baseline=recomputed,
         allow_missing_cases=options.allow_missing_cases,
+        unknown_gold=unknown_gold(options.kb, [baseline_cases, current.case_metrics]),
     )
+
+
+def unknown_gold(kb: Path | None, cases: list[pl.DataFrame]) -> set[str] | None:
+    """The gold ids of `cases` that are not cards of `kb` (None without a KB)."""
+    if kb is None:
+        return None
+    with connect() as con:
+        load_kb(con, kb)
+        titles = kb_titles(con)
+    gold = {card for frame in cases for ids in frame["gold"].drop_nulls() for card in ids}
+    return {card for card in gold if card not in titles}
 

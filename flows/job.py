@@ -36,6 +36,7 @@ from .ingest import BATCH_ITEMS, Ingest, StagedBatch
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
+from .summary import summary_files, write_summary
 from .warehouse import State, Warehouse
 from .warehouse_check import adopt_legacy_catalog
 
@@ -118,6 +119,8 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         ]
         commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}
         state = txn.commit(commits) if commits else txn.state
+        if commits or summary_files(warehouse, state) is None:
+            write_summary(warehouse, txn.state, state)
         refresh_catalog(warehouse, state)
     refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
     if refused:
@@ -136,8 +139,7 @@ class InProcess:
     """The steps in this process: each run's file read once, its batches evaluated as they
     are parsed on one DuckDB connection (opening one costs about 0.04 s)."""
 
-    def __init__(self, prefetch: Prefetch | None = None, batch_items: int | None = None,
-                 relevance_level: int = 1) -> None:
+    def __init__(self, prefetch: Prefetch | None = None, batch_items: int | None = None) -> None:
         self.prefetch = prefetch or Prefetch(None)
         self.batch_items = batch_items or BATCH_ITEMS
         self.con = connect()

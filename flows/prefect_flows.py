@@ -23,12 +23,14 @@ from prefect.artifacts import (
     create_table_artifact,
 )
 from prefect.cache_policies import NO_CACHE
+from prefect.deployments.runner import EntrypointType
 from prefect.futures import PrefectFuture, wait
 from prefect.schedules import Cron
 from prefect.states import Completed, Failed
 
-from ..transforms.report import headline_table
-from ..transforms.report_render import gate_table, render_gate_markdown, render_markdown
+from ..transforms.gate_render import gate_table, render_gate_markdown
+from ..transforms.metrics import NAMES
+from ..transforms.report_render import render_markdown
 from . import config
 from .engine import THREADS_ENV, write_parquet
 from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
@@ -36,7 +38,15 @@ from .gating import GateOptions, GateOutcome, floors_from, gate_run
 from .ingest import PARTITION_ITEMS, Ingest, IngestAccount
 from .job import JobOptions, resolve_kb, run_job
 from .plan import RunPlan
-from .prefect_settings import configured, ensure_api, quiet_loggers
+from .prefect_settings import (
+    CRASH_AFTER_S,
+    HEARTBEAT_S,
+    check_workers,
+    configured,
+    crash_stale_runs,
+    ensure_api,
+    ensure_crash_automation,
+)
 from .reports import ReportOptions, WrittenReport, write_report
 from .warehouse import State, scratch_dir
 
@@ -152,7 +162,7 @@ class PrefectSteps:
         # The UI cannot show the report folder's images: the artifact keeps the tables only.
         create_markdown_artifact(markdown=render_markdown(report.report, with_images=False), key=REPORT_ARTIFACT,
                                  description="Retrieval evaluation report (tables; charts are in the report folder)")
-        create_table_artifact(table=headline_table(report.report).to_dicts(), key=HEADLINE_ARTIFACT,
+        create_table_artifact(table=report.report.runs.select("run_id", "headline_k", *NAMES, "n").to_dicts(), key=HEADLINE_ARTIFACT,
                               description="Headline figures of every run, slice `all`")
         create_link_artifact(link=folder.as_uri(), link_text=str(folder), key=FOLDER_ARTIFACT,
                              description="Folder with report.md, report.html and their charts")
@@ -189,6 +199,10 @@ def evaluate_flow(
 ):
     """Evaluate every run under `runs`, commit them together, write the report, gate the newest.
     Paths are made absolute here, before any task leaves for a worker."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
+
+    if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value():  # a served or deployed run: its death must be seen
+        ensure_crash_automation(update=False)
     root = Path(warehouse).absolute()
     options = JobOptions(
         runs=Path(runs).absolute(),
@@ -236,30 +250,47 @@ def flow_parameters(options: JobOptions) -> dict[str, Any]:
 
 
 def make_task_runner(task_runner: str = "thread", dask_address: str | None = None, api_url: str | None = None):
-    """Threads in this process, a local Dask cluster, or the Dask scheduler at `dask_address`."""
+    """Threads in this process, a local Dask cluster, or the Dask scheduler at `dask_address`
+    (whose workers must report to `api_url`: checked before any task is submitted)."""
     if task_runner not in ("thread", "dask"):
         raise ValueError(f"unknown task runner {task_runner!r} (expected 'thread' or 'dask')")
     if dask_address is None and task_runner == "thread":
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=THREAD_WORKERS)
+    import dask
     from prefect_dask import DaskTaskRunner
 
     if dask_address is not None:
+        from distributed import Client
+
+        with Client(dask_address, timeout=30) as client:
+            check_workers(client, api_url)
         return DaskTaskRunner(address=dask_address)
+    worker_env = dask_worker_env(api_url)
+    # Set before a worker spawns: Prefect and distributed configure their logging at import.
+    dask.config.set({"distributed.nanny.pre-spawn-environ": worker_env})
     return DaskTaskRunner(cluster_kwargs=dask_cluster_kwargs(api_url))
 
 
-def dask_cluster_kwargs(api_url: str | None = None) -> dict[str, Any]:
-    """LocalCluster arguments: process workers, one thread each, reporting to `api_url`."""
+def dask_worker_env(api_url: str | None) -> dict[str, str]:
     env = dict(DASK_WORKER_ENV)
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     env["PREFECT_LOGGING_LEVEL"] = os.environ.get("PREFECT_LOGGING_LEVEL", "WARNING")
     env["DASK_LOGGING__DISTRIBUTED"] = os.environ.get("DASK_LOGGING__DISTRIBUTED", "error")
     if api_url:
         env["PREFECT_API_URL"] = api_url
-    return {"n_workers": DASK_WORKERS, "threads_per_worker": 1, "processes": True, "env": env,
+    return env
+
+
+def dask_cluster_kwargs(api_url: str | None = None) -> dict[str, Any]:
+    """LocalCluster arguments: process workers, one thread each, reporting to `api_url`."""
+    return {"n_workers": DASK_WORKERS, "threads_per_worker": 1, "processes": True, "env": dask_worker_env(api_url),
             "silence_logs": logging.ERROR}
+
+
+class LostApi(Exception):
+    """The Prefect API stopped answering while the flow ran."""
 
 
 def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: str | None = None,
@@ -267,12 +298,21 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     """Run the flow once, tracked by Prefect (the temporary server unless PREFECT_API_URL is
     set). Returns the JobResult (a failed gate included: the caller exits 1 on it), or the
     final state with `return_state=True`; errors of the job (InputError and its kin) are
-    raised as they are, as in the in-process mode."""
+    raised as they are, as in the in-process mode. Losing the API mid-run raises LostApi
+    within seconds (one retry per request, a bounded events client)."""
+    import httpx
+
     resolve_kb(options.kb)  # a --kb that does not exist is refused before a server starts
-    with configured(), quiet_loggers():
+    with configured():
         api_url = ensure_api(dask=task_runner == "dask" or dask_address is not None, dask_address=dask_address)
         runner = make_task_runner(task_runner, dask_address, api_url)
-        state = evaluate_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
+        try:
+            state = evaluate_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
+        except (httpx.TransportError, RuntimeError) as error:
+            if isinstance(error, RuntimeError) and "reach API" not in str(error):
+                raise
+            raise LostApi(f"lost the Prefect API at {api_url or 'the temporary server'} mid-run "
+                          f"({type(error).__name__}: {error})") from None
     if return_state:
         return state
     result = state.result(raise_on_failure=False)
@@ -282,16 +322,29 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
 
 
 def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, task_runner: str = "thread",
-          dask_address: str | None = None, timezone: str = "UTC") -> None:
+          dask_address: str | None = None, timezone: str = "UTC", crash_after_s: float = CRASH_AFTER_S) -> None:
     """Serve the `nightly` deployment from this process until interrupted (against
-    PREFECT_API_URL when set; otherwise a temporary server that lives as long as this process)."""
+    PREFECT_API_URL when set; otherwise a temporary server that lives as long as this process).
+
+    Its flow runs send heartbeats, and an automation marks a run Crashed when they stop for
+    `crash_after_s` (its process was killed); runs that a dead server process left Running are
+    marked Crashed now, so that the deployment's concurrency slot is free for the next night."""
+    from prefect import serve as serve_deployments
+
     options = options or JobOptions()
-    with configured(served=True), quiet_loggers():
+    os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
+    with configured(served=True):
         api_url = ensure_api(dask=task_runner == "dask" or dask_address is not None, dask_address=dask_address,
                              start=True)
         runner = make_task_runner(task_runner, dask_address, api_url)
-        evaluate_flow.with_options(task_runner=runner).serve(
+        deployment = evaluate_flow.with_options(task_runner=runner).to_deployment(
             name=DEPLOYMENT_NAME,
             schedules=[Cron(cron, timezone=timezone)],
             parameters=flow_parameters(replace(options, runs=Path(options.runs).absolute())),
+            concurrency_limit=1,
+            # Each run loads the flow in a process of its own: by module, as the package is installed.
+            entrypoint_type=EntrypointType.MODULE_PATH,
         )
+        crash_stale_runs(deployment.apply())
+        ensure_crash_automation(crash_after_s)
+        serve_deployments(deployment)

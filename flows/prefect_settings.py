@@ -1,6 +1,8 @@
-"""How retrieval-eval talks to Prefect: quiet settings, the API checked before any work (a dead
-URL is one line and exit 2), and the temporary server started up front when Dask workers must
-be told its address (SPEC 7)."""
+"""How retrieval-eval talks to Prefect (SPEC 7): the API checked before any work (a dead URL is
+one line and exit 2), a lost API noticed within seconds instead of minutes of retries, Prefect's
+own output quiet, no telemetry, heartbeats for served runs and the automation that marks a run
+whose heartbeats stopped Crashed, and the temporary server started up front when Dask workers
+must be told its address."""
 
 from __future__ import annotations
 
@@ -8,57 +10,35 @@ import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 from ..transforms.errors import InputError
 
 EPHEMERAL_STARTUP_TIMEOUT_S = 90
 HEALTH_TIMEOUT_S = 3.0
-QUIET_LOGGERS = ("prefect", "distributed")
+HEARTBEAT_S = 30  # Prefect's least; each costs nothing measurable, but ~1 s when a flow run ends
+CRASH_AFTER_S = 90  # a flow run silent this long (its heartbeats stopped) is marked Crashed
+EVENTS_RECONNECTIONS = 2  # Prefect's events client tries 10 times per event (~7 s each) otherwise
+CRASH_AUTOMATION = "retrieval-eval-crash-silent-flow-runs"
+# Set in the command's environment (flows/cli.py) before Prefect is imported, since Prefect's
+# telemetry and its worker processes read the environment, not temporary settings.
+ENVIRONMENT = {
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_CLIENT_MAX_RETRIES": "1",
+    "DASK_LOGGING__DISTRIBUTED": "error",
+}
 
 
-@contextmanager
-def configured(*, served: bool = False) -> Iterator[None]:
-    """Prefect's settings for our flow runs: no telemetry, warnings only, a patient temporary
-    server start; the flow heartbeat only for served runs (a killed process is then marked
-    Crashed), since each heartbeat thread costs about a second of every flow run's exit."""
-    from prefect.settings import (
-        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
-        PREFECT_LOGGING_LEVEL,
-        PREFECT_SERVER_ANALYTICS_ENABLED,
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
-        temporary_settings,
-    )
-
-    defaults: dict[Any, Any] = {PREFECT_LOGGING_LEVEL: "WARNING"}
-    if "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" not in os.environ:
-        defaults[PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS] = EPHEMERAL_STARTUP_TIMEOUT_S
-    updates: dict[Any, Any] = {PREFECT_SERVER_ANALYTICS_ENABLED: False}
-    if not served:
-        updates[PREFECT_FLOWS_HEARTBEAT_FREQUENCY] = None
-    with temporary_settings(updates=updates, set_defaults=defaults):
-        yield
-
-
-@contextmanager
-def quiet_loggers() -> Iterator[None]:
-    """Prefect configures its loggers once, at import: the setting alone does not lower them."""
-    if "PREFECT_LOGGING_LEVEL" in os.environ:
-        yield
-        return
-    loggers = [logging.getLogger(name) for name in QUIET_LOGGERS]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+def prefect_environment() -> None:
+    for name, value in ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
 
 
 def check_api(url: str) -> None:
-    """The API at `url` answers its health check, or this is bad input (exit 2), said in one line."""
+    """The API at `url` answers its health check, or this is bad input (exit 2), said in one
+    line; it needs only httpx, so it runs before Prefect is imported."""
     import httpx
 
     try:
@@ -69,10 +49,61 @@ def check_api(url: str) -> None:
                          "start it, or unset PREFECT_API_URL to run without it") from None
 
 
+def quiet_prefect_loggers(level: int) -> list[tuple[logging.Logger | logging.Handler, int]]:
+    """Every Prefect logger at `level` (some have their own level, the internal ones ignore
+    logger levels but not their handler's, the queue services log at the top level); returns
+    what to restore."""
+    changed: list[tuple[Any, int]] = []
+    names = ["prefect", *[n for n in logging.root.manager.loggerDict if n.startswith("prefect.")],
+             "EventsWorker", "APILogWorker", "distributed"]
+    for name in names:
+        logger = logging.getLogger(name)
+        changed.append((logger, logger.level))
+        logger.setLevel(level)
+    for handler in logging.getLogger("prefect._internal").handlers:
+        changed.append((handler, handler.level))
+        handler.setLevel(level)
+    return changed
+
+
+@contextmanager
+def configured(*, served: bool = False) -> Iterator[None]:
+    """Prefect's settings for our flow runs: warnings only (nothing at all when the user did not
+    choose a level: our own messages say what matters), a patient temporary-server start, one
+    retry per request, a bounded events client; the flow heartbeat only for served runs (a
+    killed process is then marked Crashed), since each heartbeat thread costs about a second
+    at the end of every flow run."""
+    from prefect.events.clients import PrefectEventsClient
+    from prefect.events.worker import EventsWorker
+    from prefect.settings import (
+        PREFECT_CLIENT_MAX_RETRIES,
+        PREFECT_FLOWS_HEARTBEAT_FREQUENCY,
+        PREFECT_LOGGING_LEVEL,
+        PREFECT_SERVER_ANALYTICS_ENABLED,
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
+    )
+
+    defaults: dict[Any, Any] = {PREFECT_LOGGING_LEVEL: "WARNING", PREFECT_CLIENT_MAX_RETRIES: 1}
+    if "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" not in os.environ:
+        defaults[PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS] = EPHEMERAL_STARTUP_TIMEOUT_S
+    updates: dict[Any, Any] = {PREFECT_SERVER_ANALYTICS_ENABLED: False,
+                               PREFECT_FLOWS_HEARTBEAT_FREQUENCY: HEARTBEAT_S if served else None}
+    EventsWorker.set_client_override(PrefectEventsClient, reconnection_attempts=EVENTS_RECONNECTIONS)
+    restore = [] if "PREFECT_LOGGING_LEVEL" in os.environ else quiet_prefect_loggers(logging.CRITICAL)
+    try:
+        with temporary_settings(updates=updates, set_defaults=defaults):
+            yield
+    finally:
+        for item, level in restore:
+            item.setLevel(level)
+
+
 def ensure_api(*, dask: bool, dask_address: str | None = None, start: bool = False) -> str | None:
     """The Prefect API the flow run reports to, checked before any work. Without one, the
     temporary server is started here when worker processes must be pointed at it (local Dask)
-    or when `start` asks (serving); otherwise Prefect starts it on first use."""
+    or when `start` asks (serving); otherwise Prefect starts it on first use. Workers of an
+    existing Dask cluster must report to this process's API: without one, that is refused."""
     from prefect.settings import (
         PREFECT_API_URL,
         PREFECT_SERVER_EPHEMERAL_ENABLED,
@@ -95,3 +126,75 @@ def ensure_api(*, dask: bool, dask_address: str | None = None, start: bool = Fal
     server = SubprocessASGIServer()
     server.start(timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
     return server.api_url
+
+
+def check_workers(client, api_url: str | None) -> None:
+    """Every worker of a Dask cluster reports to `api_url` (a worker without PREFECT_API_URL
+    would start a temporary server of its own and lose the task runs)."""
+    seen = client.run(lambda: os.environ.get("PREFECT_API_URL"))
+    wrong = {worker: url for worker, url in seen.items() if url != api_url}
+    if wrong:
+        worker, url = next(iter(wrong.items()))
+        raise InputError(f"Dask worker {worker} reports to {url or 'no Prefect API'}, not {api_url}: start the "
+                         f"cluster's workers with PREFECT_API_URL={api_url}")
+
+
+def ensure_crash_automation(crash_after_s: float = CRASH_AFTER_S, *, update: bool = True) -> None:
+    """The automation that marks a flow run Crashed when its heartbeats stop (its process was
+    killed): created when missing, and updated to `crash_after_s` when it exists and `update`."""
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    wanted = Automation(
+        name=CRASH_AUTOMATION,
+        description="Mark a flow run Crashed when its heartbeats stop (retrieval-eval)",
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", "prefect.flow-run.Completed", "prefect.flow-run.Failed",
+                    "prefect.flow-run.Cancelled", "prefect.flow-run.Crashed"},
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=crash_after_s),
+        ),
+        actions=[ChangeFlowRunState(state=StateType.CRASHED,
+                                    message="Its process stopped sending heartbeats: it was killed or lost.")],
+    )
+    with get_client(sync_client=True) as client:
+        existing = client.read_automations_by_name(CRASH_AUTOMATION)
+    if not existing:
+        wanted.create()
+    elif update:
+        wanted.id = existing[0].id
+        wanted.update()
+
+
+def crash_stale_runs(deployment_id) -> int:
+    """Mark the deployment's runs left Running or Pending by a server process that died Crashed
+    (this process serves the deployment alone), so that the next run gets the concurrency slot
+    at once rather than after the slot's lease of five minutes; returns how many."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+                any_=[StateType.RUNNING, StateType.PENDING, StateType.CANCELLING]))),
+        )
+        for run in runs:
+            client.set_flow_run_state(run.id, Crashed(message="The process that served it is gone."), force=True)
+    return len(runs)

@@ -14,7 +14,7 @@ from typing import TextIO
 import duckdb
 
 from ..transforms.errors import InputError
-from ..transforms.report_render import Table, layout_text
+from ..transforms.tables import Table, layout_text
 from .views import add_views, naming_damage, read_state
 from .warehouse import Warehouse
 

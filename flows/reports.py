@@ -1,24 +1,36 @@
-"""The report of a warehouse, read and written: the model (transforms/report.py) read through
-views over the runs it needs — every run's `runs` row and aggregates (the runs table and the
-trend), the case metrics of the newest two (the detail) — then report.md, report.html and
-their charts written together, once every read has succeeded."""
+"""The report of a warehouse, read and written (SPEC 13): the model (transforms/report.py)
+read through views over the runs it needs — every run's `runs` row and the aggregates it
+shows (the runs table, the trend), the cases of the newest two runs (what changed, the detail,
+the explorer) — then report.md, report.html and their charts written together, once every
+read has succeeded. The cost follows the newest run, not the history (SPEC 9)."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from importlib.resources import files
 from pathlib import Path
 
+import duckdb
 import polars as pl
 
 from .. import sql
-from ..transforms.baseline import baseline_reference
-from ..transforms.charts import draw_charts
-from ..transforms.report import Report, RunReport, build_report, run_reports
+from ..transforms.baseline import baseline_reference, snapshot_case_metrics
+from ..transforms.charts_of_report import draw_charts
+from ..transforms.report import (
+    Report,
+    changes,
+    diagnostics,
+    explorer_data,
+    kb_warnings,
+    run_report,
+    run_warnings,
+    runs_table,
+)
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import read_baseline
 from .engine import connect
-from .kb import load_kb, unknown_gold_counts
+from .kb import kb_titles, load_kb, unknown_gold_counts
+from .summary import summary_files
 from .views import add_views, naming_damage
 from .warehouse import State, Warehouse
 
@@ -48,47 +60,80 @@ class WrittenReport:
         return self.files[1]
 
 
-def _read_runs(con, warehouse: Warehouse, state: State) -> tuple[pl.DataFrame, list[RunReport]]:
-    add_views(con, warehouse, state, tables=("runs", "aggregates"))
+def explorer_assets() -> tuple[str, str]:
+    """The case explorer's script and style, as installed with the package."""
+    assets = files("retrieval_eval.transforms").joinpath("assets")
+    return assets.joinpath("explorer.js").read_text(encoding="utf-8"), assets.joinpath("explorer.css").read_text(encoding="utf-8")
+
+
+def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: bool,
+                baseline: dict | None) -> Report:
+    """The report model of every run in `state` (`con` holds kb_cards when `kb`)."""
+    summary = summary_files(warehouse, state)
+    if summary is None:
+        add_views(con, warehouse, state, tables=("runs", "aggregates"))
+    else:
+        for table, path in summary.items():
+            con.read_parquet(str(path)).create_view(table)
     with naming_damage(warehouse, state):
         runs = con.sql(sql.load("report_runs")).pl()
-        aggregates = con.sql("select * from aggregates").pl()
-    return runs, run_reports(runs, aggregates)
-
-
-def _read_detail(con, warehouse: Warehouse, state: State, runs: pl.DataFrame, shown: list[RunReport],
-                 kb_loaded: bool) -> Report:
-    detailed = [run.run_id for run in shown[-DETAILED_RUNS:]]
-    add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics"))
+        aggregates = con.sql(sql.load("report_aggregates")).pl()
+    detailed = runs["run_id"].to_list()[-DETAILED_RUNS:]
+    add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics", "retrieved"))
     with naming_damage(warehouse, state):
-        case_metrics = con.sql(sql.load("headline_case_metrics"), params={"ids": detailed}).pl()
-        unknown = unknown_gold_counts(con, detailed) if kb_loaded else None
-    return build_report(runs, shown, case_metrics, unknown)
+        cases = con.sql(sql.load("report_cases"), params={"ids": detailed}).pl()
+        unknown = unknown_gold_counts(con, detailed) if kb else None
+        titles = kb_titles(con) if kb else {}
+    rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
+    reports = [
+        run_report(rows[run_id], aggregates,
+                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown))
+        for run_id in detailed
+    ]
+    newest, previous = (reports[-1] if reports else None), (reports[-2] if len(reports) > 1 else None)
+    if newest is None:
+        return Report(runs_table(runs, aggregates), aggregates, None, None, None, *diagnostics(cases))
+    newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
+    previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
+    unknown = None if not kb else {
+        card for card in cases["gold"].explode().drop_nulls().unique().to_list() if card not in titles
+    }
+    against_previous = None if previous_cases is None else changes(
+        newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
+        k=newest.headline_k, unknown_gold=unknown)
+    change = against_previous
+    if baseline is not None and baseline["k"] == newest.headline_k:  # else the run before
+        change = changes(newest_cases, snapshot_case_metrics(baseline), run_id=newest.run_id,
+                         reference=f"baseline {baseline['run_id']}", k=baseline["k"], unknown_gold=unknown)
+    explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
+                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None,
+                             k=newest.headline_k)
+    return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
+                  explorer=explorer)
 
 
 def write_report(options: ReportOptions, state: State) -> WrittenReport:
-    """Read the report of `state` and write it to `options.report_dir`: the charts are drawn
-    on a thread while the per-case detail is read (pygal's drawing is Python, the queries
-    leave the interpreter free); nothing is written unless every read succeeds."""
+    """Read the report of `state` and write it to `options.report_dir`; nothing is written
+    unless every read succeeds."""
     warehouse = Warehouse(options.warehouse)
-    baseline = baseline_reference(read_baseline(options.baseline)) if options.baseline else None
-    with connect() as con, ThreadPoolExecutor(max_workers=1) as drawer:
+    baseline = read_baseline(options.baseline) if options.baseline else None
+    with connect() as con:
         if options.kb is not None:
-            load_kb(con, options.kb)
-        runs, shown = _read_runs(con, warehouse, state)
-        drawn = drawer.submit(draw_charts, shown, baseline) if options.charts else None
-        report = _read_detail(con, warehouse, state, runs, shown, options.kb is not None)
-        images = drawn.result() if drawn is not None else {}
+            load_kb(con, options.kb)  # a bad KB stops here, before anything is drawn or written
+        report = read_report(con, warehouse, state, options.kb is not None, baseline)
+    images = draw_charts(report, baseline_reference(baseline) if baseline else None) if options.charts else {}
     return write_files(report, options.report_dir, images)
 
 
 def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, bytes]]) -> WrittenReport:
-    """The charts, report.md and report.html (its charts inlined) in `report_dir`."""
+    """The charts, report.md and report.html (charts and the case explorer inline)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     for file_name, svg in images.values():
         (report_dir / file_name).write_bytes(svg)
     report = replace(report, charts={name: file_name for name, (file_name, _) in images.items()})
     markdown, html = report_dir / "report.md", report_dir / "report.html"
     markdown.write_text(render_markdown(report), encoding="utf-8")
-    html.write_text(render_html(report, {file_name: svg for file_name, svg in images.values()}), encoding="utf-8")
+    script, style = explorer_assets()
+    svgs = {file_name: svg for file_name, svg in images.values()}
+    html.write_text(render_html(report, svgs, explorer_script=script, explorer_style=style), encoding="utf-8")
     return WrittenReport(report, [markdown, html])

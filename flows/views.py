@@ -17,7 +17,7 @@ import duckdb
 
 from ..transforms.errors import InputError
 from .engine import connect
-from .warehouse import TABLES, PartFile, State, Warehouse, file_digest
+from .warehouse import TABLES, PartFile, State, Warehouse, file_digest, union_by_name
 
 HEAL = ("re-run `retrieval-eval run` over the run's artifacts to evaluate it again, "
         "or see `retrieval-eval warehouse check`")
@@ -47,18 +47,17 @@ def part_damage(warehouse: Warehouse, part: PartFile) -> str | None:
     return None
 
 
-def checked_files(warehouse: Warehouse, state: State, table: str, run_ids: Iterable[str] | None = None) -> list[str]:
-    """Absolute paths of a table's committed files for `run_ids` (all runs when None), each
-    present at its committed size."""
+def checked_parts(warehouse: Warehouse, state: State, table: str, run_ids: Iterable[str] | None = None) -> list[PartFile]:
+    """A table's committed files for `run_ids` (all runs when None), each present as committed."""
     chosen = sorted(state.runs) if run_ids is None else [r for r in run_ids if r in state.runs]
-    files = []
+    parts = []
     for run_id in chosen:
         for part in state.runs[run_id].tables.get(table, []):
             damage = part_damage(warehouse, part)
             if damage:
                 raise DamagedPart(damage_message(warehouse, table, run_id, part, damage))
-            files.append(str(warehouse.root / part.path))
-    return files
+            parts.append(part)
+    return parts
 
 
 def read_state(warehouse: Warehouse) -> State:
@@ -87,9 +86,10 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State
     chosen = None if run_ids is None else list(run_ids)
     with naming_damage(warehouse, state):
         for table in tables:
-            files = checked_files(warehouse, state, table, chosen)
-            if files:
-                con.read_parquet(files, union_by_name=True).create_view(table)
+            parts = checked_parts(warehouse, state, table, chosen)
+            if parts:
+                files = [str(warehouse.root / part.path) for part in parts]
+                con.read_parquet(files, union_by_name=union_by_name(parts)).create_view(table)
 
 
 def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Iterable[str] | None = None,

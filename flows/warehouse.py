@@ -18,6 +18,7 @@ docs/warehouse.md says why it is shaped so, and when to move to DuckLake or Delt
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -64,10 +65,23 @@ class PartFile:
     rows: int
     blake3: str
     mtime_ns: int  # parts are never rewritten: another mtime means the file was touched
+    columns: str  # a digest of its column names and types: files that share it need no union by name
 
     def to_json(self) -> dict:
         return {"path": self.path, "bytes": self.bytes, "rows": self.rows, "blake3": self.blake3,
-                "mtime_ns": self.mtime_ns}
+                "mtime_ns": self.mtime_ns, "columns": self.columns}
+
+
+def columns_digest(schema) -> str:
+    """The digest of an Arrow schema's column names and types."""
+    text = ";".join(f"{field.name}:{field.type}" for field in schema)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def union_by_name(parts: list[PartFile]) -> bool:
+    """Whether files must be read by column name (their columns differ, e.g. written by
+    another version): reading every footer to find out costs a millisecond per file."""
+    return len({part.columns for part in parts}) > 1
 
 
 @dataclass(frozen=True)
@@ -128,9 +142,10 @@ def describe_part(path: Path, root: Path) -> PartFile:
     """The record of a part already on disk: its size, row count, digest and mtime."""
     import pyarrow.parquet as pq
 
-    rows = pq.ParquetFile(path).metadata.num_rows
+    metadata = pq.ParquetFile(path).metadata
     stat = path.stat()
-    return PartFile(str(path.relative_to(root)), stat.st_size, rows, file_digest(path), stat.st_mtime_ns)
+    return PartFile(str(path.relative_to(root)), stat.st_size, metadata.num_rows, file_digest(path), stat.st_mtime_ns,
+                    columns_digest(metadata.schema.to_arrow_schema()))
 
 
 def _now() -> str:

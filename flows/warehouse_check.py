@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from ..transforms.errors import InputError
 from .catalog import write_catalog
+from .summary import write_summary
 from .views import HEAL
 from .warehouse import LOG, RunCommit, State, Warehouse, describe_part, file_digest
 
@@ -93,6 +94,7 @@ def rebuild(warehouse: Warehouse) -> State:
     if not state.runs:
         raise InputError(f"{warehouse.root}: the transaction log holds no runs")
     with warehouse.locked():
+        write_summary(warehouse, State(state.warehouse_id, 0, {}, []), state)
         write_catalog(warehouse, state)
     return state
 

@@ -304,5 +304,5 @@ def test_runs_are_ordered_by_the_instant_of_created_at(tmp_path):
     write_run(tmp_path / "runs", "offset", lines=[GOOD], created_at="2026-11-02T01:00:00+05:00")
     write_run(tmp_path / "runs", "utc", lines=[good_line("other")], created_at="2026-11-01T22:00:00Z")
     result = evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
-    assert [run.run_id for run in result.report.report.runs] == ["offset", "utc"]
-    assert result.report.report.runs[-1].run_id == "utc"  # the newest, detailed and gated
+    assert result.report.report.runs["run_id"].to_list() == ["offset", "utc"]
+    assert result.report.report.newest.run_id == "utc"  # the newest, detailed and gated

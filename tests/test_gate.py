@@ -109,7 +109,7 @@ def test_floors_are_off_unless_given(gate):
 
 
 def test_improvement_passes_and_suggests_a_refresh(gate):
-    from retrieval_eval.transforms.report_render import render_gate
+    from retrieval_eval.transforms.gate_render import render_gate
 
     result = gate(cases(hits_added={"en": 15, "es-419": 15}))
     assert result.passed and result.improved

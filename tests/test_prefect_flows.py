@@ -1,4 +1,6 @@
-"""The Prefect flow runs the same steps as the in-process job: same warehouse, plus artifacts.
+"""The Prefect flow runs the one job (flows/job.py) with its steps as tasks: the same warehouse
+as in-process, plus artifacts; a failed gate is a Failed flow run; Dask workers lost or quiet;
+a dead, a lost and a serving API; a killed flow process seen as Crashed through the API.
 
 One temporary Prefect server for the whole session (prefect_test_harness, ~10 s to enter);
 each test works on a private copy of two of the committed sample runs.
@@ -6,120 +8,189 @@ each test works on a private copy of two of the committed sample runs.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pytest
-from builders import SAMPLE_RUNS, evaluate, job_options
+from builders import (
+    SAMPLE_BASELINE,
+    SAMPLE_RUNS,
+    evaluate,
+    job_options,
+    reader,
+    write_run,
+)
 from polars.testing import assert_frame_equal
 from retrieval_eval.flows import prefect_flows
+from retrieval_eval.flows.gating import GateOptions
+from retrieval_eval.flows.warehouse import Warehouse
+from test_reliability import synthetic_cases
 
-RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())[:2]
+RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())[-2:]
 ARTIFACT_KEYS = [prefect_flows.REPORT_ARTIFACT, prefect_flows.HEADLINE_ARTIFACT, prefect_flows.FOLDER_ARTIFACT]
 
 
 @pytest.fixture(scope="session")
 def prefect_server():
+    from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
     with prefect_test_harness(server_startup_timeout=90):
-        yield
+        yield PREFECT_API_URL.value()
 
 
-def sample_options(root: Path, run_ids: list[str] = RUN_IDS, name: str = "warehouse") -> EvaluationOptions:
+def sample_options(root: Path, run_ids: list[str] = RUN_IDS, name: str = "warehouse", **options):
     runs = root / "runs"
     for run_id in run_ids:
         if not (runs / run_id).exists():
             shutil.copytree(SAMPLE_RUNS / run_id, runs / run_id)
-    return job_options(runs, root / name, report_dir=root / f"report-{name}")
+    return job_options(runs, root / name, report_dir=root / f"report-{name}", **options)
 
 
 def view(warehouse: Path, name: str) -> pl.DataFrame:
-    with duckdb.connect(str(warehouse / "catalog.duckdb"), read_only=True) as con:
+    with reader(warehouse) as con:
         frame = con.table(name).pl()
     return frame.sort(frame.columns)
 
 
-def aggregates(warehouse: Path) -> pl.DataFrame:
-    return view(warehouse, "aggregates")
+def artifacts_of(flow_run_id) -> dict:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return {artifact.key: artifact for artifact in found if artifact.key}
+
+
+def command(*args: str, api_url: str | None, **popen) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # as a user's shell has it
+    if api_url:
+        env["PREFECT_API_URL"] = api_url
+    return subprocess.Popen([sys.executable, "-m", "retrieval_eval", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
 @pytest.fixture(scope="module")
 def tracked_thread_run(prefect_server, tmp_path_factory):
-    """One tracked flow run on the thread runner: (options, final state)."""
+    """One tracked flow run on the thread runner, gated: (options, final state)."""
     options = sample_options(tmp_path_factory.mktemp("tracked"))
+    options = replace(options, gate=GateOptions(SAMPLE_BASELINE, options.warehouse))
     state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
     return options, state
 
 
-def test_tracked_flow_completes_with_report_artifacts(tracked_thread_run):
+def test_a_failed_gate_fails_the_flow_run_after_its_artifacts(tracked_thread_run):
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        ArtifactFilter,
-        ArtifactFilterFlowRunId,
-        ArtifactFilterKey,
-    )
 
     options, state = tracked_thread_run
-    assert state.is_completed(), state
-    outcome = state.result()
-    assert outcome.run_ids == RUN_IDS
-    assert outcome.gate_passed is None
-    assert Path(outcome.report_path).is_file()
-
+    assert state.is_failed(), state
+    assert state.message.startswith("gate failed: hit_at_k on locale=pt-BR")
+    result = state.result(raise_on_failure=False)
+    assert result.run_ids == RUN_IDS and result.gate is not None and not result.gate.passed
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(
-                key=ArtifactFilterKey(any_=ARTIFACT_KEYS),
-                flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id]),
-            )
-        )
-    by_key = {artifact.key: artifact for artifact in artifacts}
-    assert sorted(by_key) == sorted(ARTIFACT_KEYS)
+        flow_run = client.read_flow_run(state.state_details.flow_run_id)
+    assert flow_run.state.type.value == "FAILED"  # as the API says it, so automations can alert
+    by_key = artifacts_of(state.state_details.flow_run_id)
+    assert set(ARTIFACT_KEYS) | {prefect_flows.GATE_ARTIFACT, prefect_flows.GATE_ARTIFACT + "-summary"} <= set(by_key)
     assert by_key[prefect_flows.REPORT_ARTIFACT].type == "markdown"
-    assert "# Retrieval evaluation report" in by_key[prefect_flows.REPORT_ARTIFACT].data
+    assert "## What changed" in by_key[prefect_flows.REPORT_ARTIFACT].data
     assert "![" not in by_key[prefect_flows.REPORT_ARTIFACT].data  # no local images in the UI
     assert by_key[prefect_flows.HEADLINE_ARTIFACT].type == "table"
     assert all(run_id in by_key[prefect_flows.HEADLINE_ARTIFACT].data for run_id in RUN_IDS)
-    assert by_key[prefect_flows.FOLDER_ARTIFACT].type == "markdown"  # link artifacts are stored as markdown
     assert options.report_dir.absolute().as_uri() in by_key[prefect_flows.FOLDER_ARTIFACT].data
+    assert "FAIL" in by_key[prefect_flows.GATE_ARTIFACT].description
+    assert "below_k" in by_key[prefect_flows.GATE_ARTIFACT + "-summary"].data
 
 
 def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thread_run, tmp_path):
     options, _ = tracked_thread_run
     in_process = sample_options(tmp_path, name="in-process")
     evaluate(in_process)
-    # On Dask, each run (about 1,520 retrieved items) is also split into 3 partitions of
-    # at most 600 items.
-    dask = replace(sample_options(tmp_path, name="dask"), batch_items=600)
-    outcome = prefect_flows.run_tracked(dask, task_runner="dask", charts=False)
-    assert outcome.run_ids == RUN_IDS
-    with duckdb.connect(str(dask.warehouse / "catalog.duckdb"), read_only=True) as con:
-        n_files = con.execute("select count(*) from _partitions where table_name = 'case_metrics'").fetchone()[0]
-    assert n_files == 3 * len(RUN_IDS)
-
-    expected = aggregates(in_process.warehouse)
+    # On Dask, each run (about 1,520 retrieved items) is also split into 3 partitions of at
+    # most 600 items.
+    dask = sample_options(tmp_path, name="dask", batch_items=600, charts=False)
+    result = prefect_flows.run_tracked(dask, task_runner="dask")
+    assert result.run_ids == RUN_IDS
+    assert all(len(run.tables["case_metrics"]) == 3 for run in Warehouse(dask.warehouse).state().runs.values())
+    expected = view(in_process.warehouse, "aggregates")
     assert expected.height > 0
-    assert_frame_equal(aggregates(options.warehouse), expected)
+    assert_frame_equal(view(options.warehouse, "aggregates"), expected)
     # Partial sums added in another order: equal up to float rounding, n exactly.
-    assert_frame_equal(aggregates(dask.warehouse), expected, check_exact=False, rel_tol=0, abs_tol=1e-12)
+    assert_frame_equal(view(dask.warehouse, "aggregates"), expected, check_exact=False, rel_tol=0, abs_tol=1e-12)
     assert_frame_equal(view(dask.warehouse, "case_metrics"), view(in_process.warehouse, "case_metrics"))
 
 
-def test_dask_workers_get_one_engine_thread_each():
+def test_dask_workers_get_one_engine_thread_each_and_the_drivers_api():
     kwargs = prefect_flows.dask_cluster_kwargs("http://127.0.0.1:4200/api")
     assert (kwargs["n_workers"], kwargs["threads_per_worker"], kwargs["processes"]) == (2, 1, True)
-    assert kwargs["env"]["RETRIEVAL_EVAL_THREADS"] == "1"
-    assert kwargs["env"]["POLARS_MAX_THREADS"] == "1"
+    assert kwargs["env"]["RETRIEVAL_EVAL_THREADS"] == "1" and kwargs["env"]["POLARS_MAX_THREADS"] == "1"
     assert kwargs["env"]["PREFECT_API_URL"] == "http://127.0.0.1:4200/api"
+    assert kwargs["env"]["DO_NOT_TRACK"] == "1"
+
+
+def test_a_successful_dask_run_prints_no_traceback(prefect_server, tmp_path):
+    options = sample_options(tmp_path)
+    process = command("run", str(options.runs), "--warehouse", str(options.warehouse), "--report-dir",
+                      str(options.report_dir), "--task-runner", "dask", api_url=prefect_server)
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "INFO" not in stderr, stderr
+    assert "What changed" in stdout
+
+
+def kill_a_worker_once_partitions_are_staged(warehouse: Path, killed: list[int]) -> None:
+    """Wait for the run's staged partitions, then SIGKILL one Dask worker process (the nannies
+    live in this process; their workers are its children, started by multiprocessing's spawn)."""
+    import psutil
+
+    deadline = time.monotonic() + 120
+    while not list(warehouse.glob(".scratch/*/*/staged-*.parquet")):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+    time.sleep(0.3)
+    for child in psutil.Process().children():
+        if "spawn_main" in " ".join(child.cmdline()):
+            child.kill()
+            killed.append(child.pid)
+            return
+
+
+def test_a_dask_worker_killed_mid_run_leaves_the_right_result(prefect_server, tmp_path):
+    # One worker process is killed while partitions are evaluated: Dask runs its task again on
+    # another; that task's first files are never committed (fresh names), the result is whole.
+    import threading
+
+    runs = tmp_path / "runs"
+    write_run(runs, "big", lines=synthetic_cases(12_000))
+    in_process = job_options(runs, tmp_path / "in-process")
+    evaluate(in_process)
+    options = job_options(runs, tmp_path / "dask", batch_items=4_000, charts=False)
+    killed: list[int] = []
+    killer = threading.Thread(target=kill_a_worker_once_partitions_are_staged, args=(options.warehouse, killed))
+    killer.start()
+    result = prefect_flows.run_tracked(options, task_runner="dask")
+    killer.join()
+    assert killed and result.run_ids == ["big"]
+    assert_frame_equal(view(options.warehouse, "case_metrics"), view(in_process.warehouse, "case_metrics"))
+    assert_frame_equal(view(options.warehouse, "aggregates"), view(in_process.warehouse, "aggregates"),
+                       check_exact=False, rel_tol=0, abs_tol=1e-12)
+    committed = Warehouse(options.warehouse).state().referenced()
+    stray = [p for p in options.warehouse.glob("*/run_id=*/*.parquet") if str(p.relative_to(options.warehouse)) not in committed]
+    assert stray == []  # the killed attempt's parts were removed with the transaction
 
 
 def test_a_transient_io_error_is_retried(prefect_server, tmp_path, monkeypatch):
     calls = []
-    real = prefect_flows.stage_run
+    real = prefect_flows.finish_run
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -127,85 +198,166 @@ def test_a_transient_io_error_is_retried(prefect_server, tmp_path, monkeypatch):
             raise OSError("transient: stale file handle")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(prefect_flows, "stage_run", flaky)
-    options = sample_options(tmp_path, RUN_IDS[:1])
-    state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
+    monkeypatch.setattr(prefect_flows, "finish_run", flaky)
+    options = sample_options(tmp_path, RUN_IDS[:1], charts=False)
+    state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
     assert state.is_completed(), state
     assert len(calls) == 2
-    assert aggregates(options.warehouse).height > 0
+    assert view(options.warehouse, "aggregates").height > 0
 
 
-def test_other_errors_are_not_retried(prefect_server, tmp_path, monkeypatch):
+def test_other_errors_are_not_retried_and_nothing_is_committed(prefect_server, tmp_path, monkeypatch):
     calls = []
 
     def broken(*args, **kwargs):
         calls.append(1)
         raise ValueError("not an I/O problem")
 
-    monkeypatch.setattr(prefect_flows, "stage_run", broken)
-    options = sample_options(tmp_path, RUN_IDS[:1])
-    state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
+    monkeypatch.setattr(prefect_flows, "finish_run", broken)
+    options = sample_options(tmp_path, RUN_IDS[:1], charts=False)
+    state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
     assert state.is_failed()
     assert len(calls) == 1
-    assert not (options.warehouse / "catalog.duckdb").exists()  # nothing was committed
+    assert not Warehouse(options.warehouse).state().runs  # nothing was committed
+    assert list(options.warehouse.glob("*/run_id=*/*.parquet")) == []
 
 
-def test_serve_registers_the_nightly_cron_deployment(prefect_server, tmp_path):
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+def test_an_existing_dask_cluster_is_used_by_address(prefect_server, tmp_path, monkeypatch):
+    from distributed import LocalCluster
 
-    from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server)  # the workers' environment (they share this process)
+    options = sample_options(tmp_path, RUN_IDS[:1], charts=False)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        result = prefect_flows.run_tracked(options, dask_address=cluster.scheduler_address)
+    assert result.run_ids == RUN_IDS[:1]
+    assert view(options.warehouse, "aggregates").height > 0
 
-    env = dict(os.environ, PREFECT_API_URL=PREFECT_API_URL.value())
-    server = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "serve", "--cron", "30 3 * * *"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+
+def test_workers_that_report_elsewhere_are_refused_before_any_work(prefect_server, tmp_path, monkeypatch):
+    from distributed import LocalCluster
+    from retrieval_eval.transforms.errors import InputError
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    options = sample_options(tmp_path, RUN_IDS[:1], charts=False)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with pytest.raises(InputError, match="reports to no Prefect API"):
+            prefect_flows.run_tracked(options, dask_address=cluster.scheduler_address)
+    assert not options.warehouse.exists()
+
+
+def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path, monkeypatch):
+    options = sample_options(tmp_path, RUN_IDS[:1], charts=False)
+    prefect_flows.run_tracked(options, task_runner="thread")
+    before = Warehouse(options.warehouse).state().version
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("an unchanged run was staged or evaluated again")
+
+    monkeypatch.setattr(prefect_flows, "evaluate_batch", must_not_run)
+    monkeypatch.setattr(prefect_flows, "Ingest", must_not_run)
+    state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
+    assert state.is_completed(), state
+    assert Warehouse(options.warehouse).state().version == before  # nothing was committed again
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def server_of_its_own(tmp_path_factory):
+    """A Prefect server of this test's own, on a database of its own (the session's test
+    harness does not run the automations' triggers), and this process's client pointed at it."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import (
+        PREFECT_API_DATABASE_CONNECTION_URL,
+        PREFECT_API_URL,
+        temporary_settings,
     )
+
+    database = tmp_path_factory.mktemp("prefect") / "prefect.db"
+    with temporary_settings(updates={PREFECT_API_DATABASE_CONNECTION_URL: f"sqlite+aiosqlite:///{database}"}):
+        server = SubprocessASGIServer(port=free_port())
+        server.start(timeout=90)
     try:
-        deployment, deadline = None, time.monotonic() + 90
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield server
+    finally:
+        server.stop()
+
+
+def test_a_dead_api_at_start_is_one_line_and_exit_2_before_any_work(tmp_path):
+    options = sample_options(tmp_path, RUN_IDS[:1])
+    started = time.monotonic()
+    process = command("run", str(options.runs), "--warehouse", str(options.warehouse), "--prefect",
+                      api_url=f"http://127.0.0.1:{free_port()}/api")
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert len(stderr.strip().splitlines()) == 1 and "does not answer" in stderr, stderr
+    assert time.monotonic() - started < 20
+    assert not options.warehouse.exists()
+
+
+def test_an_api_lost_mid_run_ends_within_seconds_with_one_warning(server_of_its_own, tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "big", lines=synthetic_cases(40_000))
+    server = server_of_its_own
+    try:
+        process = command("run", str(runs), "--warehouse", str(tmp_path / "wh"), "--report-dir",
+                          str(tmp_path / "rep"), "--prefect", api_url=server.api_url)
+        time.sleep(6)  # the flow run is under way (Prefect's import and the flow's start take seconds)
+        server.stop()
+        lost = time.monotonic()
+        _, stderr = process.communicate(timeout=180)
+    finally:
+        server.stop()
+    assert time.monotonic() - lost < 40, "ended long after the API was lost"
+    assert process.returncode in (1, 2), stderr
+    assert "Traceback" not in stderr, stderr
+    warnings = [line for line in stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1 and "lost the Prefect API" in warnings[0], stderr
+
+
+def test_serve_registers_the_nightly_deployment_and_a_killed_flow_run_is_crashed(server_of_its_own, tmp_path):
+    api_url = server_of_its_own.api_url
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    runs = tmp_path / "runs"
+    write_run(runs, "big", lines=synthetic_cases(60_000))
+    server = command("serve", str(runs), "--cron", "30 3 * * *", "--warehouse", str(tmp_path / "wh"),
+                     "--report-dir", str(tmp_path / "rep"), "--crash-after", "30", api_url=api_url,
+                     start_new_session=True)
+    try:
+        deployment, deadline = None, time.monotonic() + 120
         with get_client(sync_client=True) as client:
             while deployment is None and time.monotonic() < deadline and server.poll() is None:
                 try:
                     deployment = client.read_deployment_by_name("retrieval-eval/nightly")
                 except Exception:  # not registered yet
                     time.sleep(1)
-        assert deployment is not None, "the deployment was not registered"
-        assert [s.schedule.cron for s in deployment.schedules] == ["30 3 * * *"]
-        assert deployment.parameters["runs"] == "data/runs"
+            assert deployment is not None, "the deployment was not registered"
+            assert [s.schedule.cron for s in deployment.schedules] == ["30 3 * * *"]
+            assert deployment.parameters["runs"] == str(runs)
+            while not client.read_automations_by_name("retrieval-eval-crash-silent-flow-runs"):
+                assert time.monotonic() < deadline and server.poll() is None, "no crash automation"
+                time.sleep(0.5)
+
+            flow_run = run_deployment("retrieval-eval/nightly", timeout=0)
+            while client.read_flow_run(flow_run.id).state.type.value != "RUNNING":
+                assert time.monotonic() < deadline + 120, "the flow run never started"
+                time.sleep(0.2)
+            time.sleep(1)  # its first heartbeat is sent as it starts
+            os.killpg(server.pid, signal.SIGKILL)  # the serving process and the flow run's, at once
+            server.wait()
+            crashed_by = time.monotonic() + 150
+            while (state := client.read_flow_run(flow_run.id).state).type.value == "RUNNING":
+                assert time.monotonic() < crashed_by, "the killed flow run is still Running"
+                time.sleep(2)
+            assert state.type.value == "CRASHED", state
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-
-
-def test_an_existing_dask_cluster_is_used_by_address(prefect_server, tmp_path):
-    from distributed import LocalCluster
-
-    options = sample_options(tmp_path, RUN_IDS[:1])
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
-        outcome = prefect_flows.run_tracked(options, dask_address=cluster.scheduler_address, charts=False)
-    assert outcome.run_ids == RUN_IDS[:1]
-    assert aggregates(options.warehouse).height > 0
-
-
-def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path, monkeypatch):
-    from flows.warehouse import Warehouse
-
-    options = sample_options(tmp_path, RUN_IDS[:1])
-    prefect_flows.run_tracked(options, task_runner="thread", charts=False)
-    before = Warehouse(options.warehouse).committed(RUN_IDS[0])[1]
-
-    def must_not_run(*args, **kwargs):
-        raise AssertionError("an unchanged run was staged or evaluated again")
-
-    monkeypatch.setattr(prefect_flows, "evaluate_partition", must_not_run)
-    monkeypatch.setattr("flows.pipeline.stage_partitions", must_not_run)
-    state = prefect_flows.run_tracked(options, task_runner="thread", charts=False, return_state=True)
-    assert state.is_completed(), state
-    assert Warehouse(options.warehouse).committed(RUN_IDS[0])[1] == before  # the same files, kept
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()

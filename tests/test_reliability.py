@@ -226,7 +226,7 @@ def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
     assert leftovers(tmp_path / "wh") == set()
     Warehouse(tmp_path / "wh").vacuum(timedelta(0))  # superseded parts go past the retention
     referenced = {str(tmp_path / "wh" / p) for paths in committed_files(tmp_path / "wh", "run-a").values() for p in paths}
-    assert {str(p) for p in (tmp_path / "wh").rglob("*.parquet")} == referenced
+    assert {str(p) for p in (tmp_path / "wh").glob("*/run_id=*/*.parquet")} == referenced
 
 
 def test_a_run_read_in_many_batches_equals_one_batch_and_repeats_across_batches_are_found(tmp_path):

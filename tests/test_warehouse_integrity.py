@@ -13,7 +13,6 @@ from pathlib import Path
 import duckdb
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
-
 from retrieval_eval.flows.warehouse import Warehouse
 
 REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"

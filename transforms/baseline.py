@@ -15,7 +15,7 @@ from .metrics import FIRST_RELEVANT_RANK, NAMES
 FORMAT_VERSION = 2
 FLOAT_PLACES = 10
 AGGREGATE_FIELDS = ("slice", "slice_value", "metric", "mean", "n", "ci_low", "ci_high")
-CASE_FIELDS = ("locale", "category", "n_gold", *NAMES, FIRST_RELEVANT_RANK)
+CASE_FIELDS = ("locale", "category", "n_gold", *NAMES, FIRST_RELEVANT_RANK, "n_retrieved")
 
 
 def _round(value):
@@ -64,11 +64,12 @@ def dumps(snapshot: dict) -> str:
 
 def snapshot_case_metrics(snapshot: dict) -> pl.DataFrame:
     """The snapshot's per-case rows as a frame shaped like `case_metrics` at its k, with their
-    gold ids (null in a format-1 snapshot, which did not keep them)."""
+    gold ids and how much each retrieved (null in a format-1 snapshot, which kept neither)."""
     rows = [{"case_id": case_id, **values} for case_id, values in snapshot["cases"].items()]
     schema = {"case_id": pl.String, "locale": pl.String, "category": pl.String, "n_gold": pl.Int64}
-    schema |= {metric: pl.Float64 for metric in NAMES} | {FIRST_RELEVANT_RANK: pl.Int64, "gold": pl.List(pl.String)}
-    return pl.DataFrame([{**{"gold": None}, **row} for row in rows], schema=schema)
+    schema |= {metric: pl.Float64 for metric in NAMES}
+    schema |= {FIRST_RELEVANT_RANK: pl.Int64, "n_retrieved": pl.Int64, "gold": pl.List(pl.String)}
+    return pl.DataFrame([{"gold": None, "n_retrieved": None, **row} for row in rows], schema=schema)
 
 
 def baseline_reference(snapshot: dict) -> dict[str, float]:

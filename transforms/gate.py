@@ -1,12 +1,21 @@
 """The regression gate (SPEC 8): a run against a baseline snapshot at the baseline's k.
 
-Fails when, for hit, recall or nDCG, `current < baseline − tolerance` on `all` or
-`current < baseline − locale_tolerance` on a locale slice; when a baseline slice is missing
-now; when a case of the baseline is missing now (removed, or rejected and loaded with
---allow-rejects) unless missing cases are allowed; when an absolute floor is given and not
-met; when the run is vacuous; and when the baseline's own run, recomputed, no longer
-reproduces the snapshot. Other slices are shown,
-not gated. Deltas carry a paired 95% bootstrap interval over the cases both runs share.
+Gated: hit, recall and nDCG (the metrics declared gated) on `all` (tolerance) and on each
+locale (locale tolerance); category and locale × category slices are shown, not gated. A
+gated line fails by the decision asked for:
+
+- `point` (the default): `current < baseline − tolerance`;
+- `significant`: that drop, and a paired test rejects "no change" at alpha after Holm's
+  correction over the gated lines;
+- `non-inferior`: unless the lower bound of the paired 95% interval of the delta is at least
+  −tolerance.
+
+The gate also fails when a baseline slice is missing now, when a baseline case is missing
+now (removed, or rejected and loaded with --allow-rejects) unless missing cases are allowed,
+when an absolute floor is given and not met, when the run is vacuous, and when the
+baseline's own run, recomputed, no longer reproduces the snapshot. Every gated line carries
+its minimum detectable drop at 80% power for its n; the statistics are paired_stats's, on
+the cases both runs scored, through transforms/comparison.py.
 """
 
 from __future__ import annotations
@@ -17,15 +26,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from .aggregates import SLICE_VALUES, Z_95
-from .flips import HIT_TO_MISS, MISS_TO_HIT, hit_changes
+from . import paired_stats
+from .aggregates import SLICE_VALUES
+from .comparison import adjusted
+from .flips import flipped_cases
 from .metrics import GATED as GATED_METRICS
 from .metrics import NAMES as METRICS
 
-BOOTSTRAP_RESAMPLES = 2000
-BOOTSTRAP_SEED = 20261130
-BOOTSTRAP_MAX_CASES = 50_000  # beyond this the normal approximation is as good and far cheaper
+DECISIONS = ("point", "significant", "non-inferior")
 REPRODUCE_ATOL = 1e-9
+EPSILON = 1e-12  # a drop exactly at the tolerance passes, whatever the float rounding
 
 
 @dataclass(frozen=True)
@@ -37,7 +47,12 @@ class GateLine:
     current: float | None
     n_baseline: int
     n_current: int
-    delta_ci: tuple[float, float] | None
+    n_paired: int  # cases both runs scored in this slice
+    ci_low: float | None  # paired 95% interval of the delta
+    ci_high: float | None
+    p_value: float | None  # the paired test's, before correction
+    p_adjusted: float | None  # after Holm's correction over the gated lines (gated lines only)
+    mde: float | None  # minimum detectable drop at 80% power, alpha, for its n
     tolerance: float | None  # None: shown, not gated
     failed: bool
     note: str = ""
@@ -45,6 +60,10 @@ class GateLine:
     @property
     def delta(self) -> float | None:
         return None if self.current is None else self.current - self.baseline
+
+    @property
+    def delta_ci(self) -> tuple[float, float] | None:
+        return None if self.ci_low is None else (self.ci_low, self.ci_high)
 
 
 @dataclass(frozen=True)
@@ -60,10 +79,11 @@ class GateResult:
     run_id: str
     baseline_run_id: str
     k: int
+    decision: str
+    alpha: float
     lines: list[GateLine]
     floors: list[FloorLine]
-    to_miss: list[dict]  # shared cases that flipped hit → miss
-    to_hit: list[dict]
+    flips: pl.DataFrame  # transforms/flips.py flipped_cases, with their reasons
     added: list[str]
     removed: list[str]
     vacuous: bool
@@ -71,6 +91,14 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     n_rejected: int = 0  # records of the run that were rejected (left out of its figures)
     allow_missing_cases: bool = False
+
+    @property
+    def to_miss(self) -> list[dict]:
+        return self.flips.filter(pl.col("to") == "miss").to_dicts()
+
+    @property
+    def to_hit(self) -> list[dict]:
+        return self.flips.filter(pl.col("to") == "hit").to_dicts()
 
     @property
     def failures(self) -> list[str]:
@@ -86,12 +114,7 @@ class GateResult:
                 "removed, or rejected and left out; the gate cannot vouch for them "
                 "(--allow-missing-cases accepts this)"
             )
-        reasons += [
-            f"{line.metric} on {line.slice}={line.slice_value}: "
-            + (line.note or f"{line.current:.3f} < {line.baseline:.3f} − {line.tolerance}")
-            for line in self.lines
-            if line.failed
-        ]
+        reasons += [f"{line.metric} on {line.slice}={line.slice_value}: {line.note}" for line in self.lines if line.failed]
         reasons += [
             f"{f.metric} on all: {'missing' if f.current is None else f'{f.current:.3f}'} below the floor {f.floor}"
             for f in self.floors
@@ -111,22 +134,26 @@ class GateResult:
         )
 
 
-def paired_delta_interval(deltas: np.ndarray) -> tuple[float, float] | None:
-    """95% interval of the mean paired delta: percentile bootstrap with a fixed seed."""
-    n = len(deltas)
-    if n == 0:
+def _tolerance(slice_: str, tolerance: float, locale_tolerance: float) -> float | None:
+    return tolerance if slice_ == "all" else locale_tolerance if slice_ == "locale" else None
+
+
+def _verdict(decision: str, baseline: float, current: float, tolerance: float, ci_low: float | None,
+             p_adjusted: float | None, alpha: float) -> str | None:
+    """Why a gated line fails under `decision`, or None when it passes."""
+    dropped = current < baseline - tolerance - EPSILON
+    if decision == "point":
+        return f"{current:.3f} < {baseline:.3f} − {tolerance}" if dropped else None
+    if decision == "significant":
+        if dropped and p_adjusted is not None and p_adjusted < alpha:
+            return f"{current:.3f} < {baseline:.3f} − {tolerance}, and p = {p_adjusted:.3g} < {alpha} (Holm)"
         return None
-    if n > BOOTSTRAP_MAX_CASES:
-        half = Z_95 * float(np.std(deltas, ddof=1)) / math.sqrt(n)
-        mean = float(np.mean(deltas))
-        return mean - half, mean + half
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    means = np.concatenate([
-        deltas[rng.integers(0, n, size=(200, n))].mean(axis=1)
-        for _ in range(BOOTSTRAP_RESAMPLES // 200)
-    ])
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
+    if decision == "non-inferior":
+        if ci_low is None or ci_low < -tolerance - EPSILON:
+            bound = "no paired cases" if ci_low is None else f"lower bound {ci_low:+.3f}"
+            return f"not shown non-inferior: {bound} of the paired 95% interval is below −{tolerance}"
+        return None
+    raise ValueError(f"unknown decision {decision!r} (expected one of {', '.join(DECISIONS)})")
 
 
 def compare(
@@ -139,30 +166,51 @@ def compare(
     tolerance: float,
     locale_tolerance: float,
     floors: dict[str, float],
+    decision: str = "point",
+    alpha: float = 0.05,
     recomputed_baseline: pl.DataFrame | None = None,
     allow_missing_cases: bool = False,
+    unknown_gold: set[str] | None = None,
 ) -> GateResult:
-    """Gate `run` (its aggregates and case_metrics at the snapshot's k) against `snapshot`."""
-    current = {
-        (r["slice"], r["slice_value"], r["metric"]): r for r in current_aggregates.iter_rows(named=True)
-    }
-    paired = baseline_cases.join(current_cases, on="case_id", suffix="_current")
-    lines = []
-    for row in snapshot["aggregates"]:
+    """Gate `run` (its aggregates and per-case rows at the snapshot's k) against `snapshot`."""
+    if decision not in DECISIONS:
+        raise ValueError(f"unknown decision {decision!r} (expected one of {', '.join(DECISIONS)})")
+    current = {(r["slice"], r["slice_value"], r["metric"]): r for r in current_aggregates.iter_rows(named=True)}
+    paired = baseline_cases.join(current_cases.select("case_id", *METRICS), on="case_id", suffix="_current")
+    rows = [row for row in snapshot["aggregates"] if row["metric"] in GATED_METRICS]
+    stats = []
+    for row in rows:
         slice_, value, metric = row["slice"], row["slice_value"], row["metric"]
-        if metric not in GATED_METRICS:
-            continue
-        limit = tolerance if slice_ == "all" else locale_tolerance if slice_ == "locale" else None
-        now = current.get((slice_, value, metric))
         in_slice = paired.filter(SLICE_VALUES[slice_] == value)
-        deltas = (in_slice[f"{metric}_current"] - in_slice[metric]).to_numpy()
+        reference = in_slice[metric].to_numpy()
+        comparison = paired_stats.compare(reference, in_slice[f"{metric}_current"].to_numpy()) if len(reference) else None
+        baseline_values = baseline_cases.filter(SLICE_VALUES[slice_] == value)[metric].drop_nulls().to_numpy()
+        mde = paired_stats.minimum_detectable_drop(paired_stats.baseline_sd(baseline_values), len(baseline_values),
+                                                   alpha=alpha) if len(baseline_values) else None
+        stats.append((comparison, mde))
+    gated = [i for i, row in enumerate(rows) if _tolerance(row["slice"], tolerance, locale_tolerance) is not None
+             and stats[i][0] is not None]
+    holm = dict(zip(gated, adjusted(np.array([stats[i][0].p_value for i in gated]), "holm"), strict=True))
+    lines = []
+    for i, row in enumerate(rows):
+        slice_, value, metric = row["slice"], row["slice_value"], row["metric"]
+        limit = _tolerance(slice_, tolerance, locale_tolerance)
+        comparison, mde = stats[i]
+        now = current.get((slice_, value, metric))
+        common = {
+            "slice": slice_, "slice_value": value, "metric": metric, "baseline": row["mean"],
+            "n_baseline": row["n"], "n_paired": comparison.n if comparison else 0,
+            "ci_low": comparison.ci_low if comparison else None, "ci_high": comparison.ci_high if comparison else None,
+            "p_value": comparison.p_value if comparison else None,
+            "p_adjusted": float(holm[i]) if i in holm else None, "mde": mde, "tolerance": limit,
+        }
         if now is None:
-            lines.append(GateLine(slice_, value, metric, row["mean"], None, row["n"], 0, None, limit,
-                                  True, "slice missing in this run"))
+            lines.append(GateLine(**common, current=None, n_current=0, failed=True, note="slice missing in this run"))
             continue
-        failed = limit is not None and now["mean"] < row["mean"] - limit - 1e-12
-        lines.append(GateLine(slice_, value, metric, row["mean"], now["mean"], row["n"], now["n"],
-                              paired_delta_interval(deltas), limit, failed))
+        note = None if limit is None else _verdict(decision, row["mean"], now["mean"], limit, common["ci_low"],
+                                                   common["p_adjusted"], alpha)
+        lines.append(GateLine(**common, current=now["mean"], n_current=now["n"], failed=note is not None,
+                              note=note or ""))
 
     floor_lines = []
     for metric, floor in floors.items():
@@ -170,46 +218,40 @@ def compare(
         value = now["mean"] if now else None
         floor_lines.append(FloorLine(metric, floor, value, value is None or value < floor))
 
-    changes = hit_changes(baseline_cases, current_cases)
     baseline_ids = set(baseline_cases["case_id"])
     current_ids = set(current_cases["case_id"])
     return GateResult(
         run_id=run["run_id"],
         baseline_run_id=snapshot["run_id"],
         k=snapshot["k"],
+        decision=decision,
+        alpha=alpha,
         lines=lines,
         floors=floor_lines,
-        to_miss=changes.filter(pl.col("change") == HIT_TO_MISS).drop("change").to_dicts(),
-        to_hit=changes.filter(pl.col("change") == MISS_TO_HIT).drop("change").to_dicts(),
+        flips=flipped_cases(baseline_cases, current_cases, unknown_gold),
         added=sorted(current_ids - baseline_ids),
         removed=sorted(baseline_ids - current_ids),
         vacuous=bool(run["vacuous"]),
         reproduction_error=reproduction_error(snapshot, baseline_cases, recomputed_baseline),
-        warnings=detectability_warnings(lines),
+        warnings=detectability_warnings(lines, snapshot["k"]),
         n_rejected=int(run["n_rejected"]),
         allow_missing_cases=allow_missing_cases,
     )
 
 
-def detectability_warnings(lines: list[GateLine]) -> list[str]:
-    """Gated slices whose n is too small for a drop of the tolerance to stand out of noise."""
-    warnings = []
-    for line in lines:
-        if line.tolerance is None or line.metric != "hit_at_k" or line.n_baseline == 0:
-            continue
-        p = line.baseline
-        noise = Z_95 * math.sqrt(max(p * (1 - p), 0.0) / line.n_baseline)
-        if noise > line.tolerance:
-            warnings.append(
-                f"{line.slice}={line.slice_value}: n={line.n_baseline} is too small for a "
-                f"{line.tolerance} tolerance to be detectable (95% sampling noise ±{noise:.3f})"
-            )
-    return warnings
+def detectability_warnings(lines: list[GateLine], k: int) -> list[str]:
+    """Per gated slice, when the minimum detectable drop of its headline metric (hit@k)
+    exceeds its tolerance: a drop of the tolerance cannot be told from noise at that n."""
+    return [
+        f"{'all' if line.slice == 'all' else line.slice_value} n = {line.n_baseline}: a drop smaller than "
+        f"{line.mde:.2f} cannot be told from noise (hit@{k} at 80% power; tolerance "
+        f"{line.tolerance})"
+        for line in lines
+        if line.metric == "hit_at_k" and line.tolerance is not None and line.mde is not None and line.mde > line.tolerance
+    ]
 
 
-def reproduction_error(
-    snapshot: dict, baseline_cases: pl.DataFrame, recomputed: pl.DataFrame | None
-) -> str | None:
+def reproduction_error(snapshot: dict, baseline_cases: pl.DataFrame, recomputed: pl.DataFrame | None) -> str | None:
     """When the baseline's own run is in the warehouse, it must reproduce the snapshot."""
     if recomputed is None:
         return None
@@ -239,3 +281,33 @@ def suggest_floors(snapshot: dict, margin: float) -> dict[str, float]:
         if row["slice"] == "all" and row["metric"] in ("hit_at_k", "recall_at_k")
     }
     return {metric: max(0.0, math.floor((value - margin) * 100 + 1e-9) / 100) for metric, value in observed.items()}
+
+
+def gate_json(result: GateResult) -> dict:
+    """The document `gate --format json` prints (SPEC 8), with the run's account beside it."""
+    return {
+        "run_id": result.run_id,
+        "baseline_run_id": result.baseline_run_id,
+        "k": result.k,
+        "decision": result.decision,
+        "alpha": result.alpha,
+        "passed": result.passed,
+        "failures": result.failures,
+        "warnings": result.warnings,
+        "n_rejected": result.n_rejected,
+        "lines": [
+            {"slice": line.slice, "slice_value": line.slice_value, "metric": line.metric,
+             "baseline": line.baseline, "current": line.current, "delta": line.delta,
+             "ci_low": line.ci_low, "ci_high": line.ci_high, "p_value": line.p_value,
+             "p_adjusted": line.p_adjusted, "n": line.n_current, "n_baseline": line.n_baseline,
+             "mde": line.mde, "tolerance": line.tolerance, "failed": line.failed}
+            for line in result.lines
+        ],
+        "flips": [
+            {"case_id": f["case_id"], "from": f["from"], "to": f["to"], "reason": f["reason"],
+             "rank_before": f["rank_before"], "rank_after": f["rank_after"]}
+            for f in result.flips.iter_rows(named=True)
+        ],
+        "missing_cases": result.removed,
+        "added_cases": result.added,
+    }

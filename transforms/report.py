@@ -1,14 +1,20 @@
-"""The report model: one object built from the warehouse, rendered many ways
-(terminal, markdown, JSON, Prefect artifacts) by transforms/report_render.py."""
+"""The report model (SPEC 13): one object built from frames the warehouse gives, rendered many
+ways by transforms/report_render.py (terminal, markdown, HTML, JSON, Prefect artifacts).
+
+It opens with what changed — the newest run against the run before it (or the baseline) —
+then holds every run's headline figures (the runs table and the trend), the newest run in
+detail, its diagnostics, and the data of the case explorer.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import polars as pl
 
-from .flips import hit_changes
-from .metrics import NAMES as METRICS
+from .comparison import compare_runs
+from .flips import flipped_cases, reasons_by_slice
+from .metrics import GATED, LABELS, NAMES
 
 RECALL_CAVEAT = (
     "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
@@ -16,12 +22,18 @@ RECALL_CAVEAT = (
 )
 LOCALE_CAVEAT = "Per-locale and per-category figures are indicative: read them with their n."
 CI_NOTE = (
-    "Intervals are 95% Wilson score intervals (conservative for metrics other than hit)."
+    "Slice intervals are 95% Wilson score intervals (conservative for metrics other than hit); "
+    "changes carry paired 95% bootstrap intervals, and * marks a change that a paired "
+    "randomization test tells from noise at 5%, after Holm's correction over every slice and metric compared."
 )
+CHANGE_SLICES = ["all", "locale", "category"]
+MOVED_LINES = 6  # the changes the report opens with: the largest, whatever their sign
 
 
 @dataclass(frozen=True)
 class RunReport:
+    """One run in detail: its figures at the headline k (every slice) and at every k (slice all)."""
+
     run_id: str
     created_at: str
     headline_k: int
@@ -44,86 +56,76 @@ class RunReport:
 
 
 @dataclass(frozen=True)
+class Changes:
+    """The newest run against a reference (the run before it, or a baseline), case by case."""
+
+    run_id: str
+    reference: str  # "run <id>" or "baseline <id>"
+    k: int
+    lines: pl.DataFrame  # comparison rows (transforms/comparison.py), largest |delta| first
+    flips: pl.DataFrame  # transforms/flips.py flipped_cases
+    reasons: pl.DataFrame  # hit → miss flips per reason and slice
+    n_shared: int
+    n_added: int
+    n_removed: int
+
+    def moved(self, limit: int = MOVED_LINES) -> pl.DataFrame:
+        return self.lines.head(limit)
+
+
+@dataclass(frozen=True)
 class Report:
-    runs: list[RunReport]  # ordered by the instant of created_at
-    never_hit: pl.DataFrame  # latest run: labelled cases with no gold card in the whole capture
-    entry_ranks: pl.DataFrame  # latest run: first_relevant_rank distribution at the headline k
-    changed: pl.DataFrame  # cases whose hit@k differs between the two most recent runs
-    charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in report dir
+    runs: pl.DataFrame  # one row per run, oldest first: its account and headline figures on `all`
+    aggregates: pl.DataFrame  # every run: every slice at its headline k, slice all at every k
+    newest: RunReport | None
+    previous: RunReport | None
+    changes: Changes | None
+    never_hit: pl.DataFrame  # newest run: labelled cases with no gold card in the whole capture
+    entry_ranks: pl.DataFrame  # newest run: first_relevant_rank distribution at the headline k
+    explorer: tuple[list[dict], dict] | None = None  # the case explorer's cases and meta
+    charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in the report folder
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
 
-def run_reports(runs: pl.DataFrame, aggregates: pl.DataFrame) -> list[RunReport]:
-    """The runs shown, oldest first, with their figures (no warnings yet): all that the
-    charts draw, from the `runs` and `aggregates` rows."""
-    return [
-        RunReport(
-            run_id=run["run_id"],
-            created_at=run["created_at"],
-            headline_k=run["headline_k"],
-            retrieval_top_k=run["retrieval_top_k"],
-            ks=list(run["ks"]),
-            n_cases=run["n_cases"],
-            n_labelled=run["n_labelled"],
-            n_rejected=run["n_rejected"],
-            vacuous=run["vacuous"],
-            config=run["config"],
-            headline=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("k") == run["headline_k"])),
-            sweep=aggregates.filter((pl.col("run_id") == run["run_id"]) & (pl.col("slice") == "all")),
-        )
-        for run in runs.sort("created_at_utc", "run_id").iter_rows(named=True)
-    ]
-
-
-def build_report(
-    runs: pl.DataFrame,
-    shown: list[RunReport],
-    case_metrics: pl.DataFrame,
-    unknown_gold: pl.DataFrame | None = None,
-) -> Report:
-    """Assemble the report from the runs shown (`run_reports` of the same `runs` rows),
-    their `case_metrics` rows, and the count of gold ids that are not KB cards (run_id,
-    n_ids, n_cases) when checked."""
-    rows = {run["run_id"]: run for run in runs.iter_rows(named=True)}
-    run_reports = [
-        replace(
-            run,
-            warnings=run_warnings(rows[run.run_id], case_metrics.filter(pl.col("run_id") == run.run_id))
-            + kb_warnings(run.run_id, unknown_gold),
-        )
-        for run in shown
-    ]
-    latest = run_reports[-1] if run_reports else None
-    latest_metrics = (
-        case_metrics.filter(
-            (pl.col("run_id") == latest.run_id) & (pl.col("k") == latest.headline_k)
-        )
-        if latest
-        else case_metrics.clear()
+def run_report(run: dict, aggregates: pl.DataFrame, warnings: list[str] | None = None) -> RunReport:
+    mine = aggregates.filter(pl.col("run_id") == run["run_id"])
+    return RunReport(
+        run_id=run["run_id"],
+        created_at=run["created_at"],
+        headline_k=run["headline_k"],
+        retrieval_top_k=run["retrieval_top_k"],
+        ks=list(run["ks"]),
+        n_cases=run["n_cases"],
+        n_labelled=run["n_labelled"],
+        n_rejected=run["n_rejected"],
+        vacuous=run["vacuous"],
+        config=run["config"],
+        headline=mine.filter(pl.col("k") == run["headline_k"]),
+        sweep=mine.filter(pl.col("slice") == "all"),
+        warnings=warnings or [],
     )
-    never_hit = latest_metrics.filter(pl.col("first_relevant_rank").is_null()).select(
-        "case_id", "locale", "category", "n_gold"
-    ).sort("case_id")
-    entry_ranks = (
-        latest_metrics.group_by("first_relevant_rank")
-        .agg(pl.len().alias("n_cases"))
-        .sort("first_relevant_rank", nulls_last=True)
+
+
+def runs_table(runs: pl.DataFrame, aggregates: pl.DataFrame) -> pl.DataFrame:
+    """One row per run, oldest first: its account and each metric's mean on `all` at its
+    headline k, with the n of hit."""
+    on_all = (
+        aggregates.join(runs.select("run_id", "headline_k"), on="run_id")
+        .filter((pl.col("slice") == "all") & (pl.col("k") == pl.col("headline_k")))
     )
-    changed = changed_cases(case_metrics, run_reports[-2:]) if len(run_reports) > 1 else _no_changes()
-    return Report(run_reports, never_hit, entry_ranks, changed)
-
-
-def _no_changes() -> pl.DataFrame:
-    return pl.DataFrame(schema={"case_id": pl.String, "locale": pl.String, "category": pl.String, "change": pl.String})
-
-
-def changed_cases(case_metrics: pl.DataFrame, pair: list[RunReport]) -> pl.DataFrame:
-    """Cases labelled in both runs whose hit at each run's headline k differs."""
-    previous, latest = (
-        case_metrics.filter((pl.col("run_id") == run.run_id) & (pl.col("k") == run.headline_k))
-        for run in pair
+    means = on_all.pivot(on="metric", index="run_id", values="mean")
+    n = on_all.filter(pl.col("metric") == "hit_at_k").select("run_id", "n")
+    table = (
+        runs.select("run_id", "created_at", "created_at_utc", "headline_k", "n_cases", "n_labelled", "n_rejected",
+                    "vacuous")
+        .join(means, on="run_id", how="left")
+        .join(n, on="run_id", how="left")
+        .sort("created_at_utc", "run_id")
     )
-    return hit_changes(previous, latest)
+    return table.with_columns(
+        *[pl.lit(None, dtype=pl.Float64).alias(m) for m in NAMES if m not in table.columns],
+        pl.col("n").fill_null(0),
+    )
 
 
 def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
@@ -150,9 +152,7 @@ def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
                 "distinct cards (sibling chunks or short lists); they are scored on what was captured."
             )
     if run["n_rejected"]:
-        warnings.append(
-            f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view)."
-        )
+        warnings.append(f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view).")
     return warnings
 
 
@@ -168,14 +168,106 @@ def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
     ]
 
 
-def headline_table(report: Report) -> pl.DataFrame:
-    """Headline figures of every run on slice `all`: one row per run, one column per metric."""
-    rows = []
-    for run in report.runs:
-        row = {"run_id": run.run_id, "k": run.headline_k, "n": 0}
-        for metric in METRICS:
-            figure = run.figure(metric)
-            row[metric] = figure["mean"] if figure else None
-            row["n"] = figure["n"] if figure else 0
-        rows.append(row)
-    return pl.DataFrame(rows)
+def changes(newest_cases: pl.DataFrame, reference_cases: pl.DataFrame, *, run_id: str, reference: str, k: int,
+            unknown_gold: set[str] | None = None) -> Changes:
+    """What changed from `reference_cases` to `newest_cases` (per-case rows at k: case_id,
+    locale, category, the metrics, first_relevant_rank, gold, n_retrieved): the gated metrics
+    on all, each locale and each category, compared on the cases both scored."""
+    both = pl.concat([
+        reference_cases.select("case_id", "locale", "category", *GATED).with_columns(pl.lit("reference").alias("run_id")),
+        newest_cases.select("case_id", "locale", "category", *GATED).with_columns(pl.lit(run_id).alias("run_id")),
+    ])
+    lines = compare_runs(both, "reference", metrics=list(GATED), slices=CHANGE_SLICES)
+    lines = lines.sort(pl.col("delta").abs(), "slice", "slice_value", descending=[True, False, False])
+    flips = flipped_cases(reference_cases, newest_cases, unknown_gold)
+    reference_ids, newest_ids = set(reference_cases["case_id"]), set(newest_cases["case_id"])
+    return Changes(run_id, reference, k, lines, flips, reasons_by_slice(flips), len(reference_ids & newest_ids),
+                   len(newest_ids - reference_ids), len(reference_ids - newest_ids))
+
+
+def diagnostics(case_metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The newest run's never-hit cases and the distribution of its first relevant ranks."""
+    never_hit = case_metrics.filter(pl.col("first_relevant_rank").is_null()).select(
+        "case_id", "locale", "category", "n_gold").sort("case_id")
+    entry_ranks = (case_metrics.group_by("first_relevant_rank").agg(pl.len().alias("n_cases"))
+                   .sort("first_relevant_rank", nulls_last=True))
+    return never_hit, entry_ranks
+
+
+def headline_of(changes: Changes) -> str:
+    """The change a reader needs first, as one phrase: e.g. 'pt-BR hit@4 −0.125 (95% CI …)'."""
+    if changes.lines.height == 0:
+        return "no case in common to compare"
+    row = changes.lines.row(0, named=True)
+    return change_phrase(row, changes.k)
+
+
+def change_phrase(row: dict, k: int) -> str:
+    where = "all" if row["slice"] == "all" else row["slice_value"]
+    mark = " *" if row["significant"] else ""
+    return (f"{where} {LABELS[row['metric']]}@{k} {signed(row['delta'])} "
+            f"(95% CI {signed(row['ci_low'])} … {signed(row['ci_high'])}){mark}")
+
+
+def signed(value: float | None) -> str:
+    """+0.125 / −0.125 (a true minus sign); float noise prints as +0.000, never −0.000."""
+    if value is None:
+        return "—"
+    text = f"{round(value, 3) + 0.0:+.3f}"
+    return text.replace("-", "−")
+
+
+def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl.DataFrame | None,
+                  titles: dict[str, str | None], *, run_id: str, previous_run_id: str | None, k: int
+                  ) -> tuple[list[dict], dict]:
+    """The case explorer's cases and meta (transforms/case_explorer.py): one entry per labelled
+    case of the newest run (case_id order). `newest` and `previous` are per-case rows at the
+    headline k with case_id, locale, category, hit_at_k, first_relevant_rank, question, gold
+    and cards (the distinct cards in rank order); `titles` are the KB's (a card missing there
+    is not in the KB; an empty mapping when no KB was read)."""
+    from .case_explorer import CardTable
+
+    cards = CardTable(titles) if titles else _AllKnown()
+    before = {row["case_id"]: row for row in previous.iter_rows(named=True)} if previous is not None else {}
+    flipped = {row["case_id"]: row for row in flips.iter_rows(named=True)} if flips is not None else {}
+    cases = []
+    for row in newest.sort("case_id").iter_rows(named=True):
+        earlier = before.get(row["case_id"])
+        flip = flipped.get(row["case_id"])
+        cases.append({
+            "case_id": row["case_id"],
+            "locale": row["locale"],
+            "category": row["category"],
+            "hit": int(row["hit_at_k"]),
+            "first_relevant_rank": row["first_relevant_rank"],
+            "flip": None if flip is None else f"{flip['from']}-{flip['to']}",
+            "reason": None if flip is None else flip["reason"],
+            "question": row.get("question"),
+            "gold": cards.numbers(row["gold"] or []),
+            "retrieved": cards.numbers(row["cards"] or []),
+            "before": None if earlier is None else {
+                "hit": int(earlier["hit_at_k"]),
+                "first_relevant_rank": earlier["first_relevant_rank"],
+                "retrieved": cards.numbers(earlier["cards"] or []),
+                "gold": cards.numbers(earlier["gold"] or []),
+            },
+        })
+    meta = {"run_id": run_id, "previous_run_id": previous_run_id, "k": k, "cards": cards.rows}
+    return cases, meta
+
+
+class _AllKnown:
+    """A card table without a KB: every card listed by its id, with no title to show."""
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+        self.rows: list[list[str | None]] = []
+
+    def numbers(self, card_ids) -> list[int]:
+        out = []
+        for card_id in card_ids:
+            if card_id not in self._numbers:
+                self._numbers[card_id] = len(self.rows)
+                self.rows.append([card_id, ""])
+            out.append(self._numbers[card_id])
+        return out

@@ -1,40 +1,40 @@
-"""Renderers of the report model: aligned terminal text, markdown, JSON.
-
-Every table is built once as rows of cells (`Table`) and then laid out by the renderer,
-so the terminal and markdown reports cannot disagree.
-"""
+"""Renderings of the report model (transforms/report.py): the terminal, report.md, report.html
+(charts and the case explorer inline, nothing fetched) and the `--json` document. Each opens
+with what changed; tables are built once as rows of cells (transforms/tables.py)."""
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from html import escape
 
 import polars as pl
 
-from .metrics import LABELS as METRIC_LABELS
-from .metrics import NAMES as METRICS
-from .report import Report, RunReport, headline_table
+from .case_explorer import explorer_section
+from .charts_of_report import CHART_TITLES
+from .flips import REASONS
+from .metrics import LABELS, NAMES
+from .report import Changes, Report, RunReport, change_phrase, headline_of, signed
+from .tables import (
+    BOLD,
+    GREEN,
+    RED,
+    RESET,
+    Table,
+    fmt,
+    fmt_p,
+    indent,
+    layout_html,
+    layout_markdown,
+    layout_text,
+)
 
 TERMINAL_SLICES = ("all", "locale", "category")
-# A report lists at most this many cases per diagnostic (never-hit cases by id, changed
-# cases by change then id); past that a table stops being read, and the warehouse holds
-# every case.
-LISTED_CASES = 50
 MARKDOWN_SLICES = ("all", "locale", "category", "locale_category")
-GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
-
-
-@dataclass(frozen=True)
-class Table:
-    header: list[str]
-    rows: list[list[str]]
-    align_right_from: int = 1  # first column whose cells are right-aligned (numbers)
-
-
-def fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+TERMINAL_RUNS = 10  # the terminal's runs table shows the newest runs; report.md shows every one
+# A report lists at most this many cases per diagnostic (never-hit cases by id, flipped cases
+# by direction then id); past that a table stops being read, and the warehouse holds every case.
+LISTED_CASES = 50
 
 
 def fmt_with_ci(row: dict | None) -> str:
@@ -43,152 +43,197 @@ def fmt_with_ci(row: dict | None) -> str:
     return f"{row['mean']:.3f} ({row['ci_low']:.2f}–{row['ci_high']:.2f})"
 
 
-def fmt_delta(delta: float | None) -> str:
-    # round first so that float noise prints as +0.000, never -0.000
-    return "" if delta is None else f"{round(delta, 3) + 0.0:+.3f}"
+def fmt_rank(rank: int | None) -> str:
+    return "never" if rank is None else str(rank)
 
 
-def slice_table(run: RunReport, slices: tuple[str, ...], with_ci: bool) -> Table:
-    """Headline-k figures per slice; the n column is the number of labelled cases scored."""
-    k = run.headline_k
-    header = ["slice"] + [f"{METRIC_LABELS[m]}@{k}" for m in METRICS] + ["n"]
-    header[1] += " (95% CI)"
-    by_key = {
-        (r["slice"], r["slice_value"], r["metric"]): r for r in run.headline.iter_rows(named=True)
-    }
+# ----------------------------------------------------------------------------- tables
+
+
+def changes_table(changes: Changes, limit: int | None = None) -> Table:
+    """The changes, largest first: slice, metric, before, now, delta with its paired interval,
+    adjusted p, n."""
+    lines = changes.lines if limit is None else changes.moved(limit)
+    rows = [
+        ["all" if r["slice"] == "all" else f"{r['slice']} {r['slice_value']}",
+         f"{LABELS[r['metric']]}@{changes.k}", fmt(r["reference_mean"]), fmt(r["mean"]),
+         signed(r["delta"]) + (" *" if r["significant"] else ""),
+         f"{signed(r['ci_low'])} … {signed(r['ci_high'])}", fmt_p(r["p_adjusted"]), str(r["n"])]
+        for r in lines.iter_rows(named=True)
+    ]
+    return Table(["slice", "metric", "before", "now", "Δ", "paired 95% CI", "p (Holm)", "n"], rows, 2)
+
+
+def reasons_table(changes: Changes) -> Table:
+    """Hit → miss flips per reason, in `all` and in each locale."""
+    counts = changes.reasons.filter(pl.col("slice").is_in(["all", "locale"]))
+    keys = [("all", "all")] + sorted({(s, v) for s, v in counts.select("slice", "slice_value").iter_rows()
+                                      if s == "locale"})
     rows = []
-    for slice_ in slices:
-        values = sorted({v for (s, v, _m) in by_key if s == slice_})
-        for value in values:
-            label = "all" if slice_ == "all" else f"{slice_.replace('_', ' × ')} {value}"
-            hit = by_key.get((slice_, value, "hit_at_k"))
-            cells = [label, fmt_with_ci(hit)]  # the headline figure always shows its interval
-            for metric in METRICS[1:]:
-                row = by_key.get((slice_, value, metric))
-                cells.append(fmt_with_ci(row) if with_ci else fmt(row and row["mean"]))
-            cells.append(str(hit["n"]) if hit else "0")
-            rows.append(cells)
-    return Table(header, rows)
+    for slice_, value in keys:
+        mine = {r["reason"]: r["n"] for r in counts.filter(
+            (pl.col("slice") == slice_) & (pl.col("slice_value") == value)).iter_rows(named=True)}
+        rows.append(["all" if slice_ == "all" else value, *[str(mine.get(reason, 0)) for reason in REASONS],
+                     str(sum(mine.values()))])
+    return Table(["hit → miss in", *REASONS, "total"], rows)
 
 
-def sweep_table(run: RunReport) -> Table:
-    """Slice `all` at every k of the sweep; the headline k is marked with *."""
-    header = ["k"] + [METRIC_LABELS[m] for m in METRICS] + ["n"]
-    rows = []
-    for k in run.ks:
-        at_k = {r["metric"]: r for r in run.sweep.filter(pl.col("k") == k).iter_rows(named=True)}
-        label = f"{k}*" if k == run.headline_k else str(k)
-        n = at_k["hit_at_k"]["n"] if "hit_at_k" in at_k else 0
-        rows.append([label] + [fmt(at_k[m]["mean"]) if m in at_k else "—" for m in METRICS] + [str(n)])
-    return Table(header, rows)
-
-
-def runs_table(report: Report) -> tuple[Table, list[float | None]]:
+def runs_table(report: Report, limit: int | None = None) -> tuple[Table, list[float | None]]:
     """Headline figures of every run (oldest first) with the hit@k change from the run before."""
-    frame = headline_table(report)
-    header = ["run", "k"] + [f"{METRIC_LABELS[m]}@k" for m in METRICS] + ["n", "Δ hit"]
+    frame = report.runs
+    header = ["run", "k"] + [f"{LABELS[m]}@k" for m in NAMES] + ["n", "Δ hit"]
     rows, deltas, previous = [], [], None
     for row in frame.iter_rows(named=True):
         hit = row["hit_at_k"]
         delta = None if previous is None or hit is None else hit - previous
         deltas.append(delta)
         previous = hit
-        rows.append(
-            [row["run_id"], str(row["k"])] + [fmt(row[m]) for m in METRICS] + [str(row["n"]), fmt_delta(delta)]
-        )
+        rows.append([row["run_id"], str(row["headline_k"])] + [fmt(row[m]) for m in NAMES]
+                    + [str(row["n"]), "" if delta is None else signed(delta)])
+    if limit is not None:
+        rows, deltas = rows[-limit:], deltas[-limit:]
     return Table(header, rows), deltas
 
 
-def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = None) -> str:
-    """Aligned columns; `colour_cells` maps (row, column) to an ANSI colour."""
-    widths = [len(h) for h in table.header]
-    for row in table.rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+def slice_table(run: RunReport, slices: tuple[str, ...]) -> Table:
+    """Headline-k figures per slice; the n column is the number of labelled cases scored."""
+    k = run.headline_k
+    header = ["slice"] + [f"{LABELS[m]}@{k}" for m in NAMES] + ["n"]
+    header[1] += " (95% CI)"
+    by_key = {(r["slice"], r["slice_value"], r["metric"]): r for r in run.headline.iter_rows(named=True)}
+    rows = []
+    for slice_ in slices:
+        for value in sorted({v for (s, v, _m) in by_key if s == slice_}):
+            label = "all" if slice_ == "all" else f"{slice_.replace('_', ' × ')} {value}"
+            hit = by_key.get((slice_, value, "hit_at_k"))
+            cells = [label, fmt_with_ci(hit)]  # the headline figure always shows its interval
+            for metric in NAMES[1:]:
+                row = by_key.get((slice_, value, metric))
+                cells.append(fmt(row["mean"]) if row else "—")
+            cells.append(str(hit["n"]) if hit else "0")
+            rows.append(cells)
+    return Table(header, rows)
 
-    def line(cells: list[str], row_index: int | None) -> str:
-        out = []
-        for col, (cell, width) in enumerate(zip(cells, widths, strict=True)):
-            text = cell.rjust(width) if col >= table.align_right_from else cell.ljust(width)
-            colour = (colour_cells or {}).get((row_index, col)) if row_index is not None else None
-            out.append(f"{colour}{text}{RESET}" if colour else text)
-        return "  ".join(out).rstrip()
 
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(table.header, None), rule] + [line(r, i) for i, r in enumerate(table.rows)])
+def sweep_table(run: RunReport) -> Table:
+    header = ["k"] + [LABELS[m] for m in NAMES] + ["n"]
+    rows = []
+    for k in run.ks:
+        at_k = {r["metric"]: r for r in run.sweep.filter(pl.col("k") == k).iter_rows(named=True)}
+        n = at_k["hit_at_k"]["n"] if "hit_at_k" in at_k else 0
+        rows.append([f"{k}*" if k == run.headline_k else str(k)] + [fmt(at_k[m]["mean"]) if m in at_k else "—"
+                                                                    for m in NAMES] + [str(n)])
+    return Table(header, rows)
 
 
-def layout_markdown(table: Table) -> str:
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+def flips_table(changes: Changes) -> Table:
+    rows = [[r["case_id"], r["locale"], r["category"], f"{r['from']} → {r['to']}", r["reason"],
+             fmt_rank(r["rank_before"]), fmt_rank(r["rank_after"])]
+            for r in changes.flips.head(LISTED_CASES).iter_rows(named=True)]
+    return Table(["case", "locale", "category", "flip", "reason", "rank before", "rank now"], rows, 5)
 
-    aligns = ["---" if i < table.align_right_from else "---:" for i in range(len(table.header))]
-    return "\n".join([line(table.header), line(aligns)] + [line(r) for r in table.rows])
+
+# ----------------------------------------------------------------------------- what changed
+
+
+def changes_summary(changes: Changes) -> list[str]:
+    """The lines a reader sees first: the largest change, the flips, what the figures rest on."""
+    to_miss = changes.flips.filter(pl.col("to") == "miss").height
+    to_hit = changes.flips.height - to_miss
+    reasons = changes.reasons.filter(pl.col("slice") == "all").sort("n", descending=True)
+    why = ", ".join(f"{r['n']} {r['reason']}" for r in reasons.iter_rows(named=True))
+    moved = [change_phrase(row, changes.k) for row in changes.moved(3).iter_rows(named=True)]
+    lines = [f"What changed in {changes.run_id} since {changes.reference}: {headline_of(changes)}"]
+    if len(moved) > 1:
+        lines.append("  next: " + "; ".join(moved[1:]))
+    lines.append(f"  {to_miss} case(s) flipped hit → miss" + (f" ({why})" if why else "")
+                 + f", {to_hit} miss → hit; {changes.n_shared} cases compared"
+                 + (f", {changes.n_added} added, {changes.n_removed} removed" if changes.n_added or changes.n_removed else ""))
+    return lines
+
+
+# ----------------------------------------------------------------------------- terminal
 
 
 def render_terminal(report: Report, colour: bool = False) -> str:
     bold = (lambda s: f"{BOLD}{s}{RESET}") if colour else (lambda s: s)
-    out = [bold(f"retrieval-eval — {len(report.runs)} run(s), headline figures on all labelled cases"), ""]
-    table, deltas = runs_table(report)
+    out = []
+    if report.changes is not None:
+        summary = changes_summary(report.changes)
+        out += [bold(summary[0]), *summary[1:], ""]
+        out += [indent(layout_text(changes_table(report.changes, limit=6))), ""]
+    total = report.runs.height
+    shown = min(total, TERMINAL_RUNS)
+    title = f"retrieval-eval — {total} run(s), headline figures on all labelled cases"
+    out += [bold(title + (f" (the newest {shown}; every run is in report.md)" if shown < total else "")), ""]
+    table, deltas = runs_table(report, limit=TERMINAL_RUNS)
     colours = {}
     if colour:
-        delta_col = len(table.header) - 1
         for i, delta in enumerate(deltas):
             if delta:
-                colours[(i, delta_col)] = GREEN if delta > 0 else RED
+                colours[(i, len(table.header) - 1)] = GREEN if delta > 0 else RED
     out += [layout_text(table, colours), ""]
-    for run in report.runs[-1:]:  # the newest run in detail; every run is in the runs table
-        out.append(bold(f"Run {run.run_id}") + f"  created {run.created_at}, headline k={run.headline_k}")
-        out.append(
-            f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected"
-        )
-        for warning in run.warnings:
-            out.append("  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning)
-        out.append("")
-        out.append(_indent(layout_text(slice_table(run, TERMINAL_SLICES, with_ci=False))))
-        out.append("")
-        out.append(_indent(layout_text(sweep_table(run))))
-        out.append("")
-    out += [f"* headline k.  {note}" if i == 0 else note for i, note in enumerate(report.notes)]
+    run = report.newest
+    if run is not None:
+        out.append(bold(f"Newest run {run.run_id}") + f"  created {run.created_at}, headline k={run.headline_k}")
+        out.append(f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected")
+        out += ["  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning for warning in run.warnings]
+        out += ["", indent(layout_text(slice_table(run, TERMINAL_SLICES))), ""]
+        if len(run.ks) > 1:
+            out += ["  k sweep, slice all (* = headline k):", indent(layout_text(sweep_table(run))), ""]
+    out += list(report.notes)
     return "\n".join(out) + "\n"
+
+
+# ----------------------------------------------------------------------------- written report
 
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of the written report: kind is heading, text, warning, note, table or image."""
+    """One piece of the written report: kind is heading, text, warning, note, table, images or explorer."""
 
     kind: str
     text: str = ""
     table: Table | None = None
     level: int = 2
-    image: str = ""  # file name in the report folder
+    images: tuple[str, ...] = ()  # chart names, drawn side by side where the page is wide
 
 
 def report_blocks(report: Report) -> list[Block]:
     """The written report (markdown, HTML, Prefect artifact) as one sequence of blocks."""
     blocks = [Block("heading", "Retrieval evaluation report", level=1)]
-    blocks += [Block("note", note) for note in report.notes]
-    warnings = [(run.run_id, w) for run in report.runs for w in run.warnings]
+    if report.changes is not None:
+        summary = changes_summary(report.changes)
+        blocks += [Block("heading", "What changed"), Block("text", summary[0]),
+                   *[Block("text", line.strip()) for line in summary[1:]],
+                   Block("table", table=changes_table(report.changes)), Block("images", images=("changes",)),
+                   Block("text", "Cases that flipped hit → miss, by reason (the first that applies: "
+                         + ", ".join(REASONS) + "):"),
+                   Block("table", table=reasons_table(report.changes))]
+        if report.changes.flips.height:
+            blocks += [Block("text", f"{report.changes.flips.height} flipped case(s)"
+                             + _listed(report.changes.flips.height, "hit_at_k of both runs differs")),
+                       Block("table", table=flips_table(report.changes))]
+    warnings = [w for run in (report.newest,) if run for w in run.warnings]
     if warnings:
         blocks.append(Block("heading", "Warnings"))
-        blocks += [Block("warning", f"{run_id}: {w}") for run_id, w in warnings]
-    blocks += [Block("heading", "Runs (headline k, slice all, oldest first)"), Block("table", table=runs_table(report)[0])]
-    for name, title in CHART_TITLES.items():
-        if name in report.charts:
-            blocks.append(Block("image", title, image=report.charts[name]))
-    for run in report.runs[-1:]:  # the newest run in detail; every run is in the runs table
-        blocks.append(Block("heading", f"Run {run.run_id}"))
+        blocks += [Block("warning", f"{report.newest.run_id}: {w}") for w in warnings]
+    blocks += [Block("heading", "Runs (headline k, slice all, oldest first)"), Block("table", table=runs_table(report)[0]),
+               Block("images", images=("trend", "locales", "categories"))]
+    run = report.newest
+    if run is not None:
+        blocks.append(Block("heading", f"Newest run: {run.run_id}"))
         blocks.append(Block(
             "text",
             f"Created {run.created_at}; headline k = {run.headline_k} (retrieval_top_k "
             f"{run.retrieval_top_k}); {run.n_cases} cases, {run.n_labelled} labelled and scored, "
             f"{run.n_rejected} rejected.",
         ))
-        blocks.append(Block("table", table=slice_table(run, MARKDOWN_SLICES, with_ci=True)))
-        blocks.append(Block("text", "k sweep, slice all (* = headline k):"))
-        blocks.append(Block("table", table=sweep_table(run)))
-    if report.runs:
-        latest = report.runs[-1]
-        blocks.append(Block("heading", f"Diagnostics of {latest.run_id}"))
+        blocks.append(Block("table", table=slice_table(run, MARKDOWN_SLICES)))
+        if len(run.ks) > 1:
+            blocks += [Block("text", "k sweep, slice all (* = headline k):"), Block("table", table=sweep_table(run)),
+                       Block("images", images=("sweep-hit_at_k", "sweep-recall_at_k", "sweep-ndcg_at_k"))]
+        blocks.append(Block("heading", f"Diagnostics of {run.run_id}"))
         blocks.append(Block("text", "Rank at which each labelled case first meets a gold card (whole capture):"))
         blocks.append(Block("table", table=Table(
             ["first relevant rank", "cases"],
@@ -202,16 +247,9 @@ def report_blocks(report: Report) -> list[Block]:
              for r in report.never_hit.head(LISTED_CASES).iter_rows(named=True)],
             align_right_from=3,
         )))
-        if len(report.runs) > 1:
-            previous = report.runs[-2]
-            blocks.append(Block("text", f"{report.changed.height} case(s) changed hit@k between {previous.run_id} and "
-                                f"{latest.run_id}" + _listed(report.changed.height, "hit_at_k of both runs differs")))
-            blocks.append(Block("table", table=Table(
-                ["case", "locale", "category", "change"],
-                [[r["case_id"], r["locale"], r["category"], r["change"]]
-                 for r in report.changed.head(LISTED_CASES).iter_rows(named=True)],
-                align_right_from=4,
-            )))
+        if report.explorer is not None:
+            blocks.append(Block("explorer"))
+    blocks += [Block("note", note) for note in report.notes]
     return blocks
 
 
@@ -221,14 +259,6 @@ def _listed(n_cases: int, where: str) -> str:
         return ":"
     return (f" (the first {LISTED_CASES} are listed; every one is in the `case_metrics` view, "
             f"where {where} at the headline k):")
-
-
-CHART_TITLES = {
-    "sweep": "hit, recall and nDCG against k",
-    "trend": "Headline figures across runs",
-    "locales": "hit@k per locale with 95% intervals",
-    "categories": "hit@k per category with 95% intervals",
-}
 
 
 def render_markdown(report: Report, with_images: bool = True) -> str:
@@ -245,8 +275,11 @@ def render_markdown(report: Report, with_images: bool = True) -> str:
             out.append(f"> **Warning:** {block.text}")
         elif block.kind == "table":
             out.append(layout_markdown(block.table))
-        elif block.kind == "image" and with_images:
-            out.append(f"![{block.text}]({block.image})")
+        elif block.kind == "images" and with_images and any(name in report.charts for name in block.images):
+            out.append(" ".join(f"![{CHART_TITLES[name]}]({report.charts[name]})"
+                                for name in block.images if name in report.charts))
+        elif block.kind == "explorer":
+            out.append("Every labelled case, with its evidence, is in the case explorer of report.html.")
         else:
             continue
         out.append("")
@@ -255,7 +288,7 @@ def render_markdown(report: Report, with_images: bool = True) -> str:
 
 HTML_STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto;
-       max-width: 1100px; padding: 12px; color: #1b1f24; }
+       max-width: 1160px; padding: 12px; color: #1b1f24; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #d0d7de; padding-top: .6em; }
 .scroll { overflow-x: auto; -webkit-overflow-scrolling: touch; margin: .5em 0 1em; }
 table { border-collapse: collapse; font-variant-numeric: tabular-nums; white-space: nowrap; }
@@ -263,12 +296,15 @@ th, td { border: 1px solid #d0d7de; padding: 3px 8px; } th { background: #f6f8fa
 td.num, th.num { text-align: right; }
 .note { color: #57606a; border-left: 3px solid #d0d7de; padding-left: 8px; }
 .warning { background: #fff8c5; border-left: 3px solid #d4a72c; padding: 4px 8px; }
-img { max-width: 100%; height: auto; }
+.lead { font-size: 1.1em; font-weight: 600; }
+.charts { display: flex; flex-wrap: wrap; gap: 12px; margin: .5em 0 1em; }
+.charts figure { margin: 0; max-width: 100%; }
+.charts svg { max-width: 100%; height: auto; }
 """
 
 
-def render_html(report: Report, images: dict[str, bytes]) -> str:
-    """report.html: one self-contained page (charts inline as data URIs, no network)."""
+def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "") -> str:
+    """report.html: one self-contained page (charts inline as SVG, the case explorer, no network)."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -276,138 +312,63 @@ def render_html(report: Report, images: dict[str, bytes]) -> str:
         "<title>Retrieval evaluation report</title>",
         f"<style>{HTML_STYLE}</style></head><body>",
     ]
+    first_text = True
     for block in report_blocks(report):
         if block.kind == "heading":
             parts.append(f"<h{block.level}>{escape(block.text)}</h{block.level}>")
         elif block.kind == "text":
-            parts.append(f"<p>{escape(block.text)}</p>")
+            css = ' class="lead"' if first_text and report.changes is not None else ""
+            first_text = False
+            parts.append(f"<p{css}>{escape(block.text)}</p>")
         elif block.kind in ("note", "warning"):
             parts.append(f'<p class="{block.kind}">{escape(block.text)}</p>')
         elif block.kind == "table":
-            parts.append(_html_table(block.table))
-        elif block.kind == "image" and block.image in images:
-            data = base64.b64encode(images[block.image]).decode("ascii")
-            parts.append(f'<p><img alt="{escape(block.text)}" src="data:image/svg+xml;base64,{data}"></p>')
+            parts.append(layout_html(block.table))
+        elif block.kind == "images":
+            figures = [
+                f'<figure aria-label="{escape(CHART_TITLES[name])}">{images[report.charts[name]].decode("utf-8")}</figure>'
+                for name in block.images if name in report.charts and report.charts[name] in images
+            ]
+            if figures:
+                parts.append('<div class="charts">' + "".join(figures) + "</div>")
+        elif block.kind == "explorer" and report.explorer is not None:
+            cases, meta = report.explorer
+            parts.append(explorer_section(cases, meta, script=explorer_script, style=explorer_style))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _html_table(table: Table) -> str:
-    def cell(tag: str, text: str, col: int) -> str:
-        cls = ' class="num"' if col >= table.align_right_from else ""
-        return f"<{tag}{cls}>{escape(text)}</{tag}>"
-
-    head = "".join(cell("th", h, i) for i, h in enumerate(table.header))
-    body = "".join("<tr>" + "".join(cell("td", c, i) for i, c in enumerate(row)) + "</tr>" for row in table.rows)
-    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-
-
-def fmt_rank(rank: int | None) -> str:
-    return "never" if rank is None else str(rank)
+# ----------------------------------------------------------------------------- JSON
 
 
 def report_json(report: Report) -> dict:
-    """The `--json` document: per run, its account, warnings and every aggregate row."""
+    """The `--json` document: per run (oldest first), its account, warnings (of the newest)
+    and every aggregate row the report shows (every slice at the headline k, slice all at
+    the other ks)."""
+    keys = ("k", "slice", "slice_value", "metric", "mean", "n", "ci_low", "ci_high")
+    by_run = {run_id: frame for (run_id,), frame in
+              report.aggregates.sort("k", "slice", "slice_value", "metric").group_by("run_id", maintain_order=True)}
+    warnings = {report.newest.run_id: report.newest.warnings} if report.newest else {}
+    ks = {run_id: sorted(frame["k"].unique().to_list()) for run_id, frame in by_run.items()}
     return {
         "runs": [
             {
-                "run_id": run.run_id,
-                "created_at": run.created_at,
-                "headline_k": run.headline_k,
-                "ks": run.ks,
-                "n_cases": run.n_cases,
-                "n_labelled": run.n_labelled,
-                "n_rejected": run.n_rejected,
-                "vacuous": run.vacuous,
-                "warnings": run.warnings,
-                "aggregates": [
-                    {key: row[key] for key in ("k", "slice", "slice_value", "metric", "mean", "n", "ci_low", "ci_high")}
-                    for row in pl.concat([run.headline, run.sweep.filter(pl.col("k") != run.headline_k)])
-                    .sort("k", "slice", "slice_value", "metric")
-                    .iter_rows(named=True)
-                ],
+                "run_id": run["run_id"],
+                "created_at": run["created_at"],
+                "headline_k": run["headline_k"],
+                "ks": ks.get(run["run_id"], [run["headline_k"]]),
+                "n_cases": run["n_cases"],
+                "n_labelled": run["n_labelled"],
+                "n_rejected": run["n_rejected"],
+                "vacuous": run["vacuous"],
+                "warnings": warnings.get(run["run_id"], []),
+                "aggregates": [{key: row[key] for key in keys}
+                               for row in by_run[run["run_id"]].iter_rows(named=True)] if run["run_id"] in by_run else [],
             }
-            for run in report.runs
+            for run in report.runs.iter_rows(named=True)
         ]
     }
 
 
 def render_json(report: Report) -> str:
     return json.dumps(report_json(report), indent=2, sort_keys=True) + "\n"
-
-
-def _indent(text: str) -> str:
-    return "\n".join("  " + line for line in text.splitlines())
-
-
-def gate_table(result) -> Table:
-    """Every gated metric and slice: baseline, current, delta with its paired interval, n."""
-    header = ["slice", "metric", "baseline", "current", "delta", "paired 95% CI", "n base", "n now", "tolerance", ""]
-    rows = []
-    for line in result.lines:
-        ci = "—" if line.delta_ci is None else f"{fmt_delta(line.delta_ci[0])} … {fmt_delta(line.delta_ci[1])}"
-        status = "FAIL" if line.failed else ("ok" if line.tolerance is not None else "")
-        rows.append([
-            "all" if line.slice == "all" else f"{line.slice} {line.slice_value}",
-            line.metric,
-            fmt(line.baseline),
-            fmt(line.current),
-            fmt_delta(line.delta) or "—",
-            ci,
-            str(line.n_baseline),
-            str(line.n_current),
-            "—" if line.tolerance is None else f"{line.tolerance:.2f}",
-            status,
-        ])
-    return Table(header, rows, align_right_from=2)
-
-
-def render_gate(result, colour: bool = False) -> str:
-    red = (lambda s: f"{RED}{s}{RESET}") if colour else (lambda s: s)
-    green = (lambda s: f"{GREEN}{s}{RESET}") if colour else (lambda s: s)
-    table = gate_table(result)
-    colours = {(i, len(table.header) - 1): RED for i, line in enumerate(result.lines) if line.failed} if colour else {}
-    out = [
-        f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}",
-        f"{result.n_rejected} record(s) of the run were rejected (left out of its figures)",
-        "",
-        layout_text(table, colours),
-        "",
-    ]
-    for floor in result.floors:
-        now = "missing" if floor.current is None else f"{floor.current:.3f}"
-        out.append(f"floor {floor.metric} ≥ {floor.floor}: {now} {'FAIL' if floor.failed else 'ok'}")
-    for title, cases in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
-        out.append(f"{len(cases)} case(s) flipped {title}" + (":" if cases else ""))
-        out += [f"  {c['case_id']} ({c['locale']}, {c['category']})" for c in cases]
-    if result.added or result.removed:
-        out.append(f"{len(result.added)} case(s) added since the baseline, {len(result.removed)} removed "
-                   "(paired figures use the cases in both)")
-        out += [f"  + {case_id}" for case_id in result.added] + [f"  - {case_id}" for case_id in result.removed]
-    out += [f"note: {warning}" for warning in result.warnings]
-    out.append("")
-    if result.passed:
-        out.append(green("PASS"))
-        if result.improved:
-            out.append(
-                "Improved beyond tolerance: consider `retrieval-eval baseline refresh "
-                f"{result.run_id}` so the gate guards the new level."
-            )
-    else:
-        out.append(red("FAIL"))
-        out += [f"  - {reason}" for reason in result.failures]
-    return "\n".join(out) + "\n"
-
-
-def render_gate_markdown(result) -> str:
-    """The gate as markdown: for a CI job summary or a pull-request comment."""
-    verdict = "PASS" if result.passed else "FAIL"
-    out = [f"### retrieval-eval gate: {verdict}", "",
-           f"Run `{result.run_id}` against baseline `{result.baseline_run_id}` at k={result.k}"
-           f" ({result.n_rejected} rejected record(s) in the run).", "",
-           layout_markdown(gate_table(result)), ""]
-    if not result.passed:
-        out += [f"- {reason}" for reason in result.failures] + [""]
-    for title, cases in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
-        out.append(f"{len(cases)} case(s) flipped {title}" + (": " + ", ".join(f"`{c['case_id']}`" for c in cases[:50]) if cases else "") + ".")
-    return "\n".join(out) + "\n"

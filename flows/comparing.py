@@ -1,0 +1,56 @@
+"""`retrieval-eval compare` (SPEC 11): runs read from the warehouse at one k and compared with a
+reference by transforms/comparison.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from .. import sql
+from ..transforms.comparison import compare_runs, tied_groups
+from ..transforms.errors import InputError
+from .views import naming_damage, open_reader, read_state
+from .warehouse import Warehouse
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reference: str
+    k: int
+    test: str
+    correction: str
+    alpha: float
+    metrics: list[str]
+    slices: list[str]
+    comparisons: pl.DataFrame  # transforms/comparison.py COMPARISON_COLUMNS
+    tied_groups: list[list[str]]
+    runs: pl.DataFrame  # run_id, created_at of the runs compared, oldest first
+
+
+def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference: str | None, k: int | None,
+                         metrics: list[str], slices: list[str], test: str, correction: str, alpha: float) -> Comparison:
+    state = read_state(warehouse)
+    run_ids = list(dict.fromkeys(run_ids))
+    unknown = [r for r in run_ids + ([reference] if reference else []) if r not in state.runs or "runs" not in state.runs[r].tables]
+    if unknown:
+        known = ", ".join(sorted(r for r, run in state.runs.items() if "runs" in run.tables))
+        raise InputError(f"run {unknown[0]!r} is not in the warehouse {warehouse.root} (known: {known})")
+    if reference and reference not in run_ids:
+        run_ids.insert(0, reference)
+    if len(run_ids) < 2:
+        raise InputError("compare: give at least two runs (or one and --reference)")
+    with open_reader(warehouse, state, run_ids, ("runs", "case_metrics")) as con, naming_damage(warehouse, state):
+        runs = con.sql(sql.load("report_runs")).pl()
+        reference = reference or runs["run_id"][0]  # the oldest given
+        k = k or runs.filter(pl.col("run_id") == reference)["headline_k"][0]
+        lacking = [row["run_id"] for row in runs.iter_rows(named=True) if k not in row["ks"]]
+        if lacking:
+            raise InputError(f"run {lacking[0]!r} has no metrics at k={k}; re-run it with --ks {k} (or choose --k)")
+        cases = con.sql("select * from case_metrics where k = $k", params={"k": k}).pl()
+    comparisons = compare_runs(cases, reference, metrics=metrics, slices=slices, test=test, correction=correction,
+                               alpha=alpha)
+    groups = tied_groups(cases.filter(pl.col("run_id").is_in(run_ids)), metrics[0], test=test,
+                         correction=correction, alpha=alpha)
+    return Comparison(reference, k, test, correction, alpha, metrics, slices, comparisons, groups,
+                      runs.select("run_id", "created_at"))

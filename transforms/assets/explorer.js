@@ -1,0 +1,325 @@
+/* Case explorer of report.html.
+ *
+ * Reads the cases and the run facts from the JSON script elements that case_explorer.py
+ * writes, keeps one row per case (data-case-id and the other data-* attributes), shows
+ * the rows that pass the filters a page at a time by toggling `hidden`, and builds a
+ * case's evidence (question, gold cards, retrieved lists of both runs) only when the case
+ * is opened. Every string from the data is put in the page with textContent,
+ * never parsed as HTML.
+ */
+(function () {
+  "use strict";
+
+  const root = document.getElementById("case-explorer");
+  if (!root) return;
+  const cases = JSON.parse(document.getElementById("retrieval-eval-cases").textContent);
+  const meta = JSON.parse(document.getElementById("retrieval-eval-meta").textContent);
+  const k = meta.k;
+  const form = root.querySelector(".cx-filters");
+  const list = root.querySelector(".cx-list");
+  const count = root.querySelector(".cx-count");
+  const numbers = new Intl.NumberFormat("en");
+
+  const FLIP_LABELS = { "hit-miss": "hit → miss", "miss-hit": "miss → hit" };
+  const REASONS = {
+    gold_changed: () => "its gold cards changed since the run before",
+    gold_not_in_kb: () => "its gold cards are not in the KB",
+    empty_retrieval: () => "nothing was retrieved",
+    not_retrieved: () => "no gold card is in the retrieved list",
+    below_k: (c) => `its first gold card is now at rank ${c.first_relevant_rank}, below k = ${k}`,
+  };
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = text;
+    return node;
+  }
+
+  function rankText(rank) {
+    return rank === null || rank === undefined ? "none" : String(rank);
+  }
+
+  // ---- the list: one row per case, filled in when it is first shown ------------------
+  //
+  // Every case has its <li> with data attributes from the start, hidden. Only one page of
+  // matching rows is shown at a time, so filtering touches the DOM of two pages at most
+  // and the browser lays out a page, not the whole run.
+
+  const pageSize = Number(list.getAttribute("data-page-size"));
+  const pager = root.querySelector(".cx-pager");
+  const previousPage = pager.querySelector(".cx-previous");
+  const nextPage = pager.querySelector(".cx-next");
+  const pageText = pager.querySelector(".cx-page");
+
+  const summaryTemplate = el("button", "cx-summary");
+  summaryTemplate.type = "button";
+  summaryTemplate.setAttribute("aria-expanded", "false");
+  for (const name of ["cx-id", "cx-locale", "cx-category", "cx-hit", "cx-rank", "cx-flip"]) {
+    summaryTemplate.appendChild(el("span", name));
+  }
+
+  const rows = new Array(cases.length);
+  const searchKeys = new Array(cases.length);
+  const fragment = document.createDocumentFragment();
+  cases.forEach((c, i) => {
+    const row = document.createElement("li");
+    row.className = "cx-case";
+    row.hidden = true;
+    row.setAttribute("data-case-id", c.case_id);
+    row.setAttribute("data-locale", c.locale);
+    row.setAttribute("data-category", c.category);
+    row.setAttribute("data-hit", c.hit ? "1" : "0");
+    row.setAttribute("data-flip", c.flip || "none");
+    row.setAttribute("data-index", String(i));
+    rows[i] = row;
+    searchKeys[i] = c.case_id.toLowerCase();
+    fragment.appendChild(row);
+  });
+  list.appendChild(fragment);
+
+  function fillRow(row, c) {
+    const summary = summaryTemplate.cloneNode(true);
+    const [id, locale, category, hit, rank, flip] = summary.children;
+    id.textContent = c.case_id;
+    locale.textContent = c.locale;
+    category.textContent = c.category;
+    hit.textContent = c.hit ? "hit" : "miss";
+    rank.textContent = c.first_relevant_rank === null ? "gold not retrieved" : "rank " + c.first_relevant_rank;
+    if (c.flip) flip.textContent = FLIP_LABELS[c.flip] || c.flip;
+    row.appendChild(summary);
+  }
+
+  // ---- filters and pages -----------------------------------------------------------
+
+  let matching = []; // indexes of the cases that pass the filters, in list order
+  let page = 0;
+  let shownRows = [];
+
+  function currentFilters() {
+    const f = form.elements;
+    return {
+      locale: f.locale.value,
+      category: f.category.value,
+      hit: f.hit.value,
+      flip: f.flip.value,
+      search: f.search.value.trim().toLowerCase(),
+    };
+  }
+
+  function matches(c, i, f) {
+    if (f.locale && c.locale !== f.locale) return false;
+    if (f.category && c.category !== f.category) return false;
+    if (f.hit && (c.hit ? "hit" : "miss") !== f.hit) return false;
+    if (f.flip === "flipped" && !c.flip) return false;
+    if (f.flip === "none" && c.flip) return false;
+    if (f.flip && f.flip !== "flipped" && f.flip !== "none" && c.flip !== f.flip) return false;
+    if (f.search && searchKeys[i].indexOf(f.search) === -1) return false;
+    return true;
+  }
+
+  function applyFilters() {
+    const f = currentFilters();
+    matching = [];
+    for (let i = 0; i < cases.length; i++) {
+      if (matches(cases[i], i, f)) matching.push(i);
+    }
+    showPage(0);
+  }
+
+  function pageCount() {
+    return Math.max(1, Math.ceil(matching.length / pageSize));
+  }
+
+  function showPage(number) {
+    page = Math.min(Math.max(number, 0), pageCount() - 1);
+    for (const row of shownRows) row.hidden = true;
+    const first = page * pageSize;
+    shownRows = matching.slice(first, first + pageSize).map((i) => rows[i]);
+    for (const row of shownRows) {
+      if (!row.firstChild) fillRow(row, cases[Number(row.getAttribute("data-index"))]);
+      row.hidden = false;
+    }
+    const noun = cases.length === 1 ? "case" : "cases";
+    const range = shownRows.length
+      ? ` · showing ${numbers.format(first + 1)}–${numbers.format(first + shownRows.length)}`
+      : " · no case matches the filters";
+    count.textContent = `${numbers.format(matching.length)} of ${numbers.format(cases.length)} ${noun}${range}`;
+    pageText.textContent = `page ${numbers.format(page + 1)} of ${numbers.format(pageCount())}`;
+    previousPage.disabled = page === 0;
+    nextPage.disabled = page >= pageCount() - 1;
+    pager.hidden = pageCount() === 1;
+  }
+
+  function turnPage(step) {
+    showPage(page + step);
+    count.scrollIntoView({ block: "nearest" });
+  }
+  previousPage.addEventListener("click", () => turnPage(-1));
+  nextPage.addEventListener("click", () => turnPage(1));
+
+  // one pass per frame however fast the search box is typed into
+  let pending = false;
+  function scheduleFilters() {
+    if (pending) return;
+    pending = true;
+    requestAnimationFrame(() => {
+      pending = false;
+      applyFilters();
+    });
+  }
+  form.addEventListener("input", scheduleFilters);
+  form.addEventListener("change", scheduleFilters);
+  form.addEventListener("reset", scheduleFilters); // fields take their defaults after this event
+  form.addEventListener("submit", (event) => event.preventDefault());
+
+  // ---- a case's evidence, built when it is first opened --------------------------------
+
+  list.addEventListener("click", (event) => {
+    const button = event.target.closest(".cx-summary");
+    if (button && list.contains(button)) toggle(button.parentElement);
+  });
+
+  function toggle(row) {
+    const button = row.firstChild;
+    const open = button.getAttribute("aria-expanded") !== "true";
+    let detail = row.querySelector(".cx-detail");
+    if (open && !detail) {
+      const index = Number(row.getAttribute("data-index"));
+      detail = caseDetail(cases[index]);
+      detail.id = "cx-detail-" + index;
+      row.appendChild(detail);
+      button.setAttribute("aria-controls", detail.id);
+    }
+    if (detail) detail.hidden = !open;
+    button.setAttribute("aria-expanded", String(open));
+    row.classList.toggle("cx-open", open);
+  }
+
+  function caseDetail(c) {
+    const detail = el("div", "cx-detail");
+    if (c.question) {
+      const question = el("p", "cx-question");
+      question.append(el("span", "cx-label", "Question"), el("span", "cx-question-text", c.question));
+      detail.appendChild(question);
+    }
+    if (c.flip) detail.appendChild(flipNote(c));
+    detail.appendChild(goldCards(c.gold));
+    const runs = el("div", "cx-runs");
+    runs.appendChild(runColumn("This run", meta.run_id, c, c.gold));
+    runs.appendChild(beforeColumn(c));
+    detail.appendChild(runs);
+    return detail;
+  }
+
+  function flipNote(c) {
+    const note = el("p", "cx-reason cx-reason-" + c.flip);
+    note.appendChild(el("strong", null, "Flipped " + (FLIP_LABELS[c.flip] || c.flip)));
+    if (c.reason) {
+      const explain = REASONS[c.reason];
+      note.append(" — ", el("code", "cx-reason-code", c.reason));
+      if (explain) note.append(": " + explain(c));
+    }
+    return note;
+  }
+
+  // a card's id and KB title as one run of text that wraps as a whole
+  function cardText(cardIndex) {
+    const [cardId, title] = meta.cards[cardIndex];
+    const text = el("span", "cx-card-text");
+    text.append(
+      el("code", "cx-card-id", cardId),
+      " ",
+      title === null ? el("span", "cx-title cx-not-in-kb", "not in the KB") : el("span", "cx-title", title),
+    );
+    return text;
+  }
+
+  function goldCards(gold) {
+    const section = el("section", "cx-gold");
+    section.appendChild(el("h3", null, "Gold cards (citing any one counts)"));
+    if (!gold.length) {
+      section.appendChild(el("p", "cx-empty", "No gold card."));
+      return section;
+    }
+    const items = el("ul", "cx-gold-list");
+    for (const cardIndex of gold) {
+      const item = el("li", "cx-gold-card");
+      item.appendChild(cardText(cardIndex));
+      items.appendChild(item);
+    }
+    section.appendChild(items);
+    return section;
+  }
+
+  function outcome(run) {
+    const line = el("p", "cx-outcome");
+    line.append(
+      `hit@${k}: `,
+      el("span", run.hit ? "cx-hit cx-is-hit" : "cx-hit cx-is-miss", run.hit ? "hit" : "miss"),
+      " · first relevant rank: ",
+      el("span", "cx-first-rank", rankText(run.first_relevant_rank)),
+    );
+    return line;
+  }
+
+  function runColumn(title, runId, run, gold) {
+    const section = el("section", "cx-run");
+    const heading = el("h3", null, title + " ");
+    heading.appendChild(el("span", "cx-run-id", runId));
+    section.append(heading, outcome(run), rankedCards(run.retrieved, new Set(gold)));
+    return section;
+  }
+
+  function beforeColumn(c) {
+    if (c.before) {
+      const column = runColumn("Run before", meta.previous_run_id, c.before, c.before.gold || c.gold);
+      column.classList.add("cx-before");
+      return column;
+    }
+    const section = el("section", "cx-run cx-before");
+    section.appendChild(el("h3", null, "Run before"));
+    const why = meta.previous_run_id
+      ? `Not a labelled case of ${meta.previous_run_id}.`
+      : "There is no run before this one.";
+    section.appendChild(el("p", "cx-empty", why));
+    return section;
+  }
+
+  // retrieved cards in rank order, with a line at the headline-k cutoff: the cards above
+  // it are the ones hit@k looks at
+  function rankedCards(retrieved, gold) {
+    const wrap = el("div", "cx-ranked");
+    if (!retrieved.length) {
+      wrap.appendChild(el("p", "cx-empty", "Nothing retrieved."));
+      return wrap;
+    }
+    let ranks = el("ol", "cx-cards");
+    wrap.appendChild(ranks);
+    retrieved.forEach((cardIndex, position) => {
+      if (position === k) {
+        wrap.appendChild(cutoff(`k = ${k} cutoff`));
+        ranks = el("ol", "cx-cards");
+        ranks.start = k + 1;
+        wrap.appendChild(ranks);
+      }
+      const item = el("li", gold.has(cardIndex) ? "cx-card cx-is-gold" : "cx-card");
+      item.append(el("span", "cx-rank-no", String(position + 1)), cardText(cardIndex));
+      if (gold.has(cardIndex)) item.appendChild(el("span", "cx-gold-mark", "gold"));
+      ranks.appendChild(item);
+    });
+    if (retrieved.length <= k) {
+      wrap.appendChild(cutoff(`k = ${k} cutoff (${retrieved.length} retrieved)`));
+    }
+    return wrap;
+  }
+
+  function cutoff(text) {
+    const line = el("p", "cx-cutoff");
+    line.appendChild(el("span", null, text));
+    return line;
+  }
+
+  applyFilters();
+  root.setAttribute("data-state", "ready");
+})();
