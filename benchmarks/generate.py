@@ -15,6 +15,11 @@ Shape of each case (the input format of `retrieval-eval run`):
 - chunk text ~80 characters and an answer ~200 characters, so 100k cases at depth 20
   come to about 440 MB, like real stored artifacts. Text and answers are drawn from a
   pool made once per seed, with accents in the es-419 and pt-BR pools.
+
+`--shape sparse` makes artifacts unlike those: 100 times as many distinct cards (ids rarely
+repeat, so dictionaries do not help), gold cards rarely retrieved (few hits), and large fields
+the metrics ignore (chunk text of 300-500 characters, a metadata object on every chunk and
+an answer of about 1,500 characters): about twice the bytes per case.
 """
 
 from __future__ import annotations
@@ -36,6 +41,14 @@ CATEGORIES = ("golden", "golden", "golden", "adversarial", "regression", "long_t
 TEXT_LEN = (60, 100)  # chunk text length range (characters)
 ANSWER_LEN = (170, 230)
 POOL_SIZE = 4096
+# The artifact shapes: how many distinct cards, how often a gold card is retrieved (within the
+# top 4, anywhere), the lengths of chunk text and answers, and a metadata object per chunk.
+SHAPES = {
+    "standard": {"cards": N_CARDS, "gold_top": 0.55, "gold_any": 0.80, "text": TEXT_LEN, "answer": ANSWER_LEN,
+                 "metadata": False},
+    "sparse": {"cards": N_CARDS * 100, "gold_top": 0.06, "gold_any": 0.15, "text": (300, 500),
+               "answer": (1300, 1700), "metadata": True},
+}
 
 WORDS = {
     "en": (
@@ -73,14 +86,15 @@ def _sentence(rng: random.Random, words: list[str], lo: int, hi: int) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def text_pools(seed: int) -> dict[str, tuple[list[str], list[str]]]:
+def text_pools(seed: int, shape: str = "standard") -> dict[str, tuple[list[str], list[str]]]:
     """Per locale: (chunk texts, answers), each already a JSON string literal."""
     rng = random.Random(f"pool-{seed}")
+    lengths = SHAPES[shape]
     pools = {}
     for locale in LOCALES:
         words = WORDS[locale]
-        texts = [json.dumps(_sentence(rng, words, *TEXT_LEN), ensure_ascii=False) for _ in range(POOL_SIZE)]
-        answers = [json.dumps(_sentence(rng, words, *ANSWER_LEN), ensure_ascii=False) for _ in range(POOL_SIZE)]
+        texts = [json.dumps(_sentence(rng, words, *lengths["text"]), ensure_ascii=False) for _ in range(POOL_SIZE)]
+        answers = [json.dumps(_sentence(rng, words, *lengths["answer"]), ensure_ascii=False) for _ in range(POOL_SIZE)]
         pools[locale] = (texts, answers)
     return pools
 
@@ -88,14 +102,16 @@ def text_pools(seed: int) -> dict[str, tuple[list[str], list[str]]]:
 _POOLS: dict[str, tuple[list[str], list[str]]] = {}
 
 
-def _init_worker(seed: int) -> None:
+def _init_worker(seed: int, shape: str = "standard") -> None:
     _POOLS.clear()
-    _POOLS.update(text_pools(seed))
+    _POOLS.update(text_pools(seed, shape))
 
 
-def make_block(task: tuple[int, int, int, int]) -> bytes:
-    """Cases [start, stop) as JSONL bytes; depends only on (seed, block index, depth)."""
-    seed, start, stop, depth = task
+def make_block(task: tuple[int, int, int, int, str]) -> bytes:
+    """Cases [start, stop) as JSONL bytes; depends only on (seed, block index, depth, shape)."""
+    seed, start, stop, depth, shape = task
+    spec = SHAPES[shape]
+    n_cards = spec["cards"]
     rng = random.Random(seed * 1_000_003 + start // BLOCK)
     rand = rng.random
     randrange = rng.randrange
@@ -111,16 +127,16 @@ def make_block(task: tuple[int, int, int, int]) -> bytes:
             gold: list[int] = []
         else:
             g = 1 + (rand() < 0.35) + (rand() < 0.15)
-            gold = [randrange(N_CARDS) for _ in range(g)]
+            gold = [randrange(n_cards) for _ in range(g)]
         # Card order of the list: random cards, with gold cards placed at random ranks.
         cards: list[int] = []
         chunks_of: dict[int, int] = {}
         gold_slots = {}
         for card in gold:
             u = rand()
-            if u < 0.55:
+            if u < spec["gold_top"]:
                 gold_slots.setdefault(randrange(min(depth, 4)), card)
-            elif u < 0.80:
+            elif u < spec["gold_any"]:
                 gold_slots.setdefault(randrange(depth), card)
             # else: not retrieved at all
         items: list[str] = []
@@ -131,7 +147,7 @@ def make_block(task: tuple[int, int, int, int]) -> bytes:
             elif cards and rand() < 0.15:
                 card = cards[randrange(len(cards))]  # a sibling chunk of a card already seen
             else:
-                card = randrange(N_CARDS)
+                card = randrange(n_cards)
             used = chunks_of.get(card)
             if used is None:
                 cards.append(card)
@@ -143,9 +159,12 @@ def make_block(task: tuple[int, int, int, int]) -> bytes:
                     idx += 1
                 chunks_of[card] = used | 1 << idx
             score -= 1 + randrange(step_max)
+            metadata = (f', "metadata": {{"section": "s{randrange(90)}", "tokens": {randrange(40, 400)}, '
+                        f'"tags": ["t{randrange(50)}", "t{randrange(50)}"], "offsets": [{randrange(9000)}, {randrange(9000)}]}}'
+                        if spec["metadata"] else "")
             items.append(
                 f'{{"id": "card-{card}::{idx:02d}", "parent_id": "card-{card}", "chunk_index": {idx}, '
-                f'"score": 0.{score:06d}, "source": "kb", "text": {texts[randrange(POOL_SIZE)]}}}'
+                f'"score": 0.{score:06d}, "source": "kb", "text": {texts[randrange(POOL_SIZE)]}{metadata}}}'
             )
         gold_json = ", ".join(f'"card-{c}"' for c in gold)
         n_cited = 1 + (rand() < 0.3)
@@ -158,7 +177,8 @@ def make_block(task: tuple[int, int, int, int]) -> bytes:
     return "".join(lines).encode("utf-8")
 
 
-def generate(cases: int, depth: int, out: Path, seed: int = 7, processes: int | None = None) -> Path:
+def generate(cases: int, depth: int, out: Path, seed: int = 7, processes: int | None = None,
+             shape: str = "standard") -> Path:
     """Write `out`/manifest.json and `out`/cases.jsonl; returns the cases file."""
     if cases < 1 or depth < 1:
         raise ValueError("cases and depth must be >= 1")
@@ -169,21 +189,21 @@ def generate(cases: int, depth: int, out: Path, seed: int = 7, processes: int | 
         "retrieval_top_k": TOP_K,
         "git_sha": None,
         "dataset_version": f"synthetic-seed{seed}",
-        "config": {"retriever": "synthetic", "cases": cases, "depth": depth, "seed": seed},
+        "config": {"retriever": "synthetic", "cases": cases, "depth": depth, "seed": seed, "shape": shape},
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    tasks = [(seed, start, min(start + BLOCK, cases), depth) for start in range(0, cases, BLOCK)]
+    tasks = [(seed, start, min(start + BLOCK, cases), depth, shape) for start in range(0, cases, BLOCK)]
     processes = processes or min(os.cpu_count() or 1, 2)
     target = out / "cases.jsonl"
     partial = out / "cases.jsonl.partial"
     with open(partial, "wb", buffering=16 << 20) as handle:
         if processes == 1 or len(tasks) == 1:
-            _init_worker(seed)
+            _init_worker(seed, shape)
             for task in tasks:
                 handle.write(make_block(task))
         else:
             ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-            with ctx.Pool(processes, initializer=_init_worker, initargs=(seed,)) as pool:
+            with ctx.Pool(processes, initializer=_init_worker, initargs=(seed, shape)) as pool:
                 for block in pool.imap(make_block, tasks, chunksize=1):
                     handle.write(block)
     partial.replace(target)
@@ -197,9 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="run folder to write (its name is the run id)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--processes", type=int, default=None, help="worker processes (default: up to 2)")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="standard")
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    path = generate(args.cases, args.depth, args.out, args.seed, args.processes)
+    path = generate(args.cases, args.depth, args.out, args.seed, args.processes, args.shape)
     size = path.stat().st_size
     print(f"{path}: {args.cases} cases x {args.depth} chunks, {size / 1e6:.1f} MB "
           f"in {time.perf_counter() - started:.1f} s")

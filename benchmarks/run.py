@@ -245,25 +245,26 @@ class Runner:
 # --------------------------------------------------------------------------- harness
 
 
-def dataset_name(cases: int, depth: int) -> str:
+def dataset_name(cases: int, depth: int, shape: str = "standard") -> str:
     def short(n: int) -> str:
         for div, suffix in ((1_000_000, "m"), (1_000, "k")):
             if n >= div and n % div == 0:
                 return f"{n // div}{suffix}"
         return str(n)
 
-    return f"bench-{short(cases)}-d{depth}"
+    return f"bench-{short(cases)}-d{depth}" + ("" if shape == "standard" else f"-{shape}")
 
 
-def ensure_dataset(run_dir: Path, cases: int, depth: int, seed: int, log=print) -> Path:
+def ensure_dataset(run_dir: Path, cases: int, depth: int, seed: int, log=print, shape: str = "standard") -> Path:
     manifest = run_dir / "manifest.json"
     if manifest.exists() and (run_dir / "cases.jsonl").exists():
         config = json.loads(manifest.read_text(encoding="utf-8")).get("config", {})
-        if (config.get("cases"), config.get("depth"), config.get("seed")) == (cases, depth, seed):
+        if (config.get("cases"), config.get("depth"), config.get("seed"), config.get("shape", "standard")) == (
+                cases, depth, seed, shape):
             return run_dir
-    log(f"generating {run_dir} ({cases} cases x {depth} chunks, seed {seed}) ...")
+    log(f"generating {run_dir} ({cases} cases x {depth} chunks, seed {seed}, {shape}) ...")
     started = time.perf_counter()
-    generate(cases, depth, run_dir, seed)
+    generate(cases, depth, run_dir, seed, shape=shape)
     log(f"  done in {time.perf_counter() - started:.1f} s")
     return run_dir
 
@@ -305,6 +306,7 @@ def run_harness(
     work_dir: Path = WORK,
     results_dir: Path | None = None,
     log=None,
+    shape: str = "standard",
 ) -> list[ToolResult]:
     """Generate (if missing) and time every tool on one dataset; returns one row per tool.
 
@@ -315,9 +317,9 @@ def run_harness(
     unknown = set(tools) - set(ALL_TOOLS)
     if unknown:
         raise ValueError(f"unknown tools {sorted(unknown)}; choose from {ALL_TOOLS}")
-    name = name or dataset_name(cases, depth)
+    name = name or dataset_name(cases, depth, shape)
     work_dir = Path(work_dir)
-    run_dir = ensure_dataset(work_dir / "data" / name, cases, depth, seed, log)
+    run_dir = ensure_dataset(work_dir / "data" / name, cases, depth, seed, log, shape)
     (work_dir / "scratch").mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-", dir=work_dir / "scratch"))
     code_before = code_fingerprint()
@@ -328,7 +330,7 @@ def run_harness(
     note = code_note(code_before, code_fingerprint())
     size_mb = (run_dir / "cases.jsonl").stat().st_size / 1e6
     size = f"{size_mb:,.0f} MB" if size_mb >= 10 else f"{size_mb:.2f} MB"
-    title = f"{name}: {cases:,} cases x {depth} chunks ({size}), repeat {repeat}"
+    title = f"{name}: {cases:,} cases x {depth} chunks ({size}, {shape} shape), repeat {repeat}"
     markdown = render_markdown(title, rows, agreement=True, note=note)
     log("\n" + markdown)
     if results_dir is not None:
@@ -482,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--dataset", help="dataset name (default bench-<cases>-d<depth>)")
+    parser.add_argument("--dataset", help="dataset name (default bench-<cases>-d<depth>[-<shape>])")
+    parser.add_argument("--shape", choices=("standard", "sparse"), default="standard",
+                        help="the generator's artifact shape (benchmarks/generate.py)")
     parser.add_argument("--with-ranx", action="store_true", help="also time ranx (warm and cold numba cache)")
     parser.add_argument("--only", help=f"comma-separated tools, from {','.join(ALL_TOOLS)}")
     parser.add_argument("--sample", action="store_true", help="time retrieval-eval on the committed sample only")
@@ -499,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_harness(args.cases, args.depth, repeat=args.repeat, seed=args.seed, tools=tools,
                     with_ranx=args.with_ranx, name=args.dataset, work_dir=args.work,
-                    results_dir=results_dir, log=log)
+                    results_dir=results_dir, log=log, shape=args.shape)
     except ToolFailed as error:
         print(f"benchmark failed: {error}", file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ probability 0.8 at a geometric rank, and a candidate keeps the reference's ranki
 of the cases. From the ranks come binary hit, precision j/10, reciprocal rank 1/r, recall
 j/n_gold and nDCG — the value sets the metrics really take.
 
-    .venv/bin/python bench_statistics.py [--cases N] [--runs R] [--frame]
+    python benchmarks/statistics.py [--cases N] [--runs R] [--slice-values S] [--frame]
 """
 
 from __future__ import annotations
@@ -81,8 +81,11 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--frame", action="store_true", help="also time compare_frame on the long frame")
+    parser.add_argument("--slice-values", type=int, default=30,
+                        help="compare on the first N slice values (all, 4 locales, 5 categories, 20 cells)")
     args = parser.parse_args()
     values, masks, names = workload(args.cases, args.runs)
+    masks, names = masks[: args.slice_values], names[: args.slice_values]
     tests = args.runs * len(METRICS) * len(masks)
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     print(f"{args.cases:,} cases, {args.runs} candidate runs, {len(masks)} slice values, "

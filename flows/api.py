@@ -18,6 +18,7 @@ import polars as pl
 from ..transforms.aggregates import aggregates, merge_partials
 from ..transforms.case_metrics import cutoffs, evaluate_cases
 from ..transforms.errors import InputError, Reject, RejectedRecords
+from ..transforms.metrics import MAX_K
 from ..transforms.rankings import retrieved_items
 from .engine import connect
 from .ingest import Ingest
@@ -35,22 +36,64 @@ class Evaluation:
     rejects: list[Reject] = field(default_factory=list)
 
 
-def _write_cases(cases, path: Path) -> None:
-    """Cases of any accepted kind as a cases.jsonl."""
+def _json_value(value: object) -> object:
+    """A cell value json cannot write, as JSON: DataFrame cells hold NumPy scalars and arrays,
+    and dates in fields the metrics never read."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _missing(value: object) -> bool:
+    """A pandas cell that holds no value (NaN, None, NA, NaT): the field is absent."""
+    import pandas as pd
+
+    if isinstance(value, str | list | dict | tuple) or getattr(value, "ndim", 0):
+        return False
+    return bool(pd.isna(value))
+
+
+def _records(cases) -> tuple[str, Iterable[dict]]:
+    """The name rejects give the cases and the cases as dicts. A DataFrame cell that is
+    missing is an absent field; a Polars `relevance` struct has a field for every card of the
+    column, null in a row that does not grade that card."""
     if isinstance(cases, pl.DataFrame):
-        cases.write_ndjson(path)
-        return
+        rows = cases.iter_rows(named=True)
+        if "relevance" in cases.columns and isinstance(cases.schema["relevance"], pl.Struct):
+            rows = ({**row, "relevance": _graded(row["relevance"])} for row in rows)
+        return "polars.DataFrame", rows
     if type(cases).__module__.startswith("pandas"):
-        cases.to_json(path, orient="records", lines=True, force_ascii=False)
-        return
-    if isinstance(cases, dict | str | bytes):
-        raise InputError("cases: give a path, a DataFrame or an iterable of case dicts")
+        rows = cases.to_dict(orient="records")
+        return "pandas.DataFrame", ({key: None if _missing(value) else value for key, value in row.items()} for row in rows)
+    if isinstance(cases, dict | str | bytes) or not isinstance(cases, Iterable):
+        raise InputError("cases: give a cases.jsonl path, a Polars or pandas DataFrame, or an iterable of case dicts")
+    return "cases", cases
+
+
+def _graded(relevance: dict | None) -> dict | None:
+    return None if relevance is None else {card: grade for card, grade in relevance.items() if grade is not None}
+
+
+def _write_cases(records: Iterable[dict], path: Path) -> int:
+    """The records as the lines of a cases.jsonl; returns how many. A value JSON does not
+    allow (NaN, Infinity) is written as Python writes it, so that its record is rejected by
+    its line as in a file (SPEC 6)."""
+    n = 0
     with open(path, "w", encoding="utf-8") as out:
-        for number, record in enumerate(cases, start=1):
+        for n, record in enumerate(records, start=1):
             try:
-                out.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+                out.write(json.dumps(record, ensure_ascii=False, default=_json_value) + "\n")
             except (TypeError, ValueError) as error:
-                raise InputError(f"cases[{number - 1}]: not a JSON object of a case ({error})") from None
+                raise InputError(f"cases[{n - 1}]: not a JSON object of a case ({error})") from None
+    return n
+
+
+def _check_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_K:
+        raise InputError(f"{name} must be an integer in [1, {MAX_K}], got {value!r}")
+    return value
 
 
 def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: Iterable[int] = (),
@@ -58,17 +101,22 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
     """The figures of `cases` at the headline `k` and the sweep `ks`. `cases` is a cases.jsonl
     path (or .gz), a Polars or pandas DataFrame with the case columns, or an iterable of case
     dicts. A record that breaks the rules raises RejectedRecords naming it, unless
-    `allow_rejects` (then `rejects` lists them)."""
-    ks = cutoffs(k, ks)
+    `allow_rejects` (then `rejects` lists them): `file:line` for a path, else the kind of the
+    input and the record's number from 1 (`pandas.DataFrame:3` is its third row)."""
+    ks = cutoffs(_check_int(k, "k"), [_check_int(cutoff, "ks") for cutoff in ks])
+    _check_int(relevance_level, "relevance_level")
     with tempfile.TemporaryDirectory(prefix="retrieval-eval-") as scratch:
         scratch_dir = Path(scratch)
         if isinstance(cases, str | Path):
             source = Path(cases)
             if not source.is_file():
                 raise InputError(f"{source}: no such cases file")
+            name = str(source)
         else:
             source = scratch_dir / "cases.jsonl"
-            _write_cases(cases, source)
+            name, records = _records(cases)
+            if _write_cases(records, source) == 0:
+                raise InputError(f"{name}: holds no cases")
         ingest = Ingest(source, scratch_dir, allow_rejects=allow_rejects, relevance_level=relevance_level)
         evaluated = {}
         with connect() as con:
@@ -76,12 +124,13 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
                 retrieved = retrieved_items(batch.frame, run_id)
                 evaluated[(batch.attempt, batch.index)] = evaluate_cases(batch.frame, retrieved, run_id, ks, con)
     account = ingest.account
+    rejects = [Reject(name, r.line, r.reason, r.raw) for r in account.rejects]
     if account.refused:
-        raise RejectedRecords(run_id, account.rejects)
+        raise RejectedRecords(run_id, rejects)
     mine = [evaluated[key] for key in sorted(evaluated) if key[0] == account.attempt]
     return Evaluation(
         case_metrics=pl.concat([e.case_metrics for e in mine]),
         aggregates=aggregates(merge_partials([e.partials for e in mine])),
         cases=pl.concat([e.cases for e in mine]),
-        rejects=account.rejects,
+        rejects=rejects,
     )

@@ -25,6 +25,11 @@ class RunFolder:
     def run_id(self) -> str:
         return self.manifest.run_id
 
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files the run's evaluation reads (flows/plan.py stamps them)."""
+        return (self.run_dir / "manifest.json", self.cases_file)
+
 
 def read_json_file(path: Path, missing_hint: str) -> object:
     """Parse a small JSON file; a missing or malformed file is an InputError naming it."""
@@ -52,8 +57,25 @@ def load_run_folder(run_dir: Path) -> RunFolder:
     """Read and check `run_dir/manifest.json` and find its cases file."""
     run_dir = run_dir.absolute()
     path = run_dir / "manifest.json"
-    manifest = parse_manifest(read_json_file(path, "every run folder needs a manifest.json"), str(path), run_dir.name)
+    data = read_json_file(path, "every run folder needs a manifest.json")
+    try:
+        manifest = parse_manifest(data, str(path), run_dir.name)
+    except InputError as refused:
+        raise InputError(with_every_problem(str(refused), data, path)) from None
     return RunFolder(manifest, run_dir, cases_file_in(run_dir))
+
+
+def with_every_problem(message: str, manifest: object, path: Path) -> str:
+    """The loader's message on a manifest it refused (transforms/manifest.py stops at the
+    first problem), followed by every problem the manifest schema finds when there are
+    several, each as `file: field: problem`. The loader alone decides what is accepted."""
+    from .schemas import validate
+
+    problems = validate(manifest, "manifest")
+    if len(problems) < 2:
+        return message
+    return "\n".join([message, f"{path}: every problem, by docs/schema/manifest.schema.json:",
+                      *(f"  {path}: {problem}" for problem in problems)])
 
 
 def find_run_dirs(runs: Path) -> list[Path]:

@@ -138,12 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     run = command("run", "ingest runs, compute metrics, write the warehouse and the report", cmd_run)
-    run.add_argument("runs", nargs="?", type=Path, default=config.RUNS, help="runs root or one run folder")
+    run.add_argument("runs", nargs="?", type=Path, help=f"runs root or one run folder (default {config.RUNS})")
+    run.add_argument("--trec-run", type=Path, metavar="FILE",
+                     help="evaluate a TREC run file (qid Q0 docno rank score tag) in place of RUNS; needs --qrels")
+    run.add_argument("--qrels", type=Path, metavar="FILE", help="the TREC judgments (qid iter docno rel) of --trec-run")
+    run.add_argument("--run-id", help="the run id of --trec-run (default: the run file's name without extension)")
     run.add_argument("--kb", type=Path, help=f"knowledge base cards.jsonl (default {config.KB} when present): "
                      "gold ids that are not cards are flagged in the report")
     run.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
     run.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
-    run.add_argument("--k", type=positive_int, help="headline k (default: each run's retrieval_top_k)")
+    run.add_argument("--k", type=positive_int,
+                     help=f"headline k (default: each run's retrieval_top_k; {config.TREC_TOP_K} for --trec-run)")
     run.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
     run.add_argument("--relevance-level", type=positive_int, default=1,
                      help="the least grade a graded card needs to count as relevant")
@@ -230,6 +235,18 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--format", choices=("table", "markdown", "json", "html"), default="table")
     compare.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
 
+    export = command("export", "write a run of the warehouse for other tools: a TREC run file, trec_eval -q "
+                     "figures, or its case metrics as CSV or Parquet", cmd_export)
+    export.add_argument("run_id")
+    export.add_argument("--format", required=True, choices=("trec-run", "trec-eval", "csv", "parquet"),
+                        help="trec-run: the ranked cards as `qid Q0 docno rank score tag`; trec-eval: per-case "
+                             "figures at --k as `trec_eval -q` prints them; csv, parquet: the case_metrics rows")
+    export.add_argument("--out", type=Path, help="the file to write (default: stdout; parquet needs one)")
+    export.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    export.add_argument("--k", type=positive_int,
+                        help="trec-eval: the cutoff (default: the run's headline k); csv, parquet: only that "
+                             "cutoff's rows (default: every cutoff)")
+
     schema = command("schema", "print the JSON Schema of an input or baseline file", cmd_schema)
     schema.add_argument("name", choices=("cases", "manifest", "baseline"))
     return parser
@@ -256,7 +273,7 @@ def job_options(args: argparse.Namespace):
     from .job import JobOptions
 
     return JobOptions(
-        runs=args.runs,
+        runs=args.runs or config.RUNS,
         kb=args.kb,
         warehouse=args.warehouse,
         report_dir=args.report_dir,
@@ -265,6 +282,9 @@ def job_options(args: argparse.Namespace):
         relevance_level=getattr(args, "relevance_level", 1),
         allow_rejects=getattr(args, "allow_rejects", False),
         gate=gate_options(args, args.baseline) if args.baseline else None,
+        trec_run=getattr(args, "trec_run", None),
+        qrels=getattr(args, "qrels", None),
+        run_id=getattr(args, "run_id", None),
     )
 
 
@@ -278,14 +298,32 @@ def tracked(args: argparse.Namespace) -> bool:
     return args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
 
 
+def check_trec_arguments(args: argparse.Namespace) -> None:
+    """--trec-run and --qrels go together, in place of RUNS, in this process (the Prefect
+    steps read run folders only); --run-id names a TREC run."""
+    if args.trec_run is None:
+        given = [option for option, value in (("--qrels", args.qrels), ("--run-id", args.run_id)) if value is not None]
+        if given:
+            raise InputError(f"run: {' and '.join(given)} only go with --trec-run FILE")
+        return
+    if args.qrels is None:
+        raise InputError("run: --trec-run needs --qrels FILE (the judgments to evaluate it against)")
+    if args.runs is not None:
+        raise InputError(f"run: give either RUNS ({args.runs}) or --trec-run, not both")
+    if args.prefect or args.task_runner == "dask" or args.dask_address:
+        raise InputError("run: --trec-run runs in this process; it does not take --prefect, --task-runner dask "
+                         "or --dask-address")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    if tracked(args):
+    check_trec_arguments(args)
+    if args.trec_run is None and tracked(args):
         return run_with_prefect(args)
     from .artifacts import first_cases_file
     from .case_file import Prefetch
 
     # The first run's file is parsed while Polars and DuckDB are imported.
-    with Prefetch(first_cases_file(args.runs)) as prefetch:
+    with Prefetch(first_cases_file(args.runs or config.RUNS) if args.trec_run is None else None) as prefetch:
         import_engines()
         from .job import InProcess, run_job
 
@@ -480,6 +518,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         slices=args.slices, test=args.test, correction=args.correction, alpha=args.alpha,
     )
     sys.stdout.write(RENDERERS[args.format](comparison))
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_run
+    from .warehouse import Warehouse
+
+    export_run(Warehouse(args.warehouse), args.run_id, args.format, args.out, args.k)
     return EXIT_OK
 
 

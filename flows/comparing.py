@@ -47,7 +47,7 @@ def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference:
         lacking = [row["run_id"] for row in runs.iter_rows(named=True) if k not in row["ks"]]
         if lacking:
             raise InputError(f"run {lacking[0]!r} has no metrics at k={k}; re-run it with --ks {k} (or choose --k)")
-        cases = con.sql("select * from case_metrics where k = $k", params={"k": k}).pl()
+        cases = con.table("case_metrics").pl().filter(pl.col("k") == k)
     comparisons = compare_runs(cases, reference, metrics=metrics, slices=slices, test=test, correction=correction,
                                alpha=alpha)
     groups = tied_groups(cases.filter(pl.col("run_id").is_in(run_ids)), metrics[0], test=test,

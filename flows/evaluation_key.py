@@ -8,10 +8,11 @@ import json
 from functools import cache
 from importlib.resources import files
 
-# The code that computes figures: the SQL models and the metric steps. Editing anything else
-# (the report, the CLI, the orchestration) leaves every committed run valid.
+# The code that computes figures: the SQL models and the metric steps (trec.py: how a TREC
+# run is read and ranked). Editing anything else (the report, the CLI, the orchestration)
+# leaves every committed run valid.
 FIGURE_STEPS = ("metrics.py", "records.py", "staging.py", "rankings.py", "case_metrics.py", "aggregates.py",
-                "run_summary.py")
+                "run_summary.py", "trec.py")
 
 
 @cache

@@ -56,14 +56,14 @@ def read_run(warehouse: Warehouse, state: State, run_id: str, k: int | None = No
         raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.root} (known: {known or 'none'})")
     with open_reader(warehouse, state, [run_id], ("runs", "aggregates", "case_metrics", "cases")) as con:
         with naming_damage(warehouse, state):
-            run = con.sql("select * from runs").pl().row(0, named=True)
+            run = con.table("runs").pl().row(0, named=True)
             k = k or run["headline_k"]
             if k not in run["ks"]:
                 raise InputError(
                     f"run {run_id!r} has no metrics at k={k} (it has k in {list(run['ks'])}); re-run it with --ks {k}"
                 )
             params = {"k": k}
-            aggregates = con.sql("select * from aggregates where k = $k", params=params).pl()
+            aggregates = con.table("aggregates").pl().filter(pl.col("k") == k)
             case_metrics = con.sql(sql.load("case_metrics_with_gold"), params=params).pl()
     return RunFigures(run, aggregates, case_metrics)
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from ..transforms.errors import InputError, RejectedRecords
 from . import config
-from .artifacts import load_run_folders
+from .artifacts import RunFolder, load_run_folders
 from .case_file import Prefetch
 from .catalog import refresh_catalog
 from .engine import connect
@@ -37,6 +37,7 @@ from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
 from .summary import summary_files, write_summary
+from .trec_files import TrecIngest, TrecSource, trec_source
 from .warehouse import State, Warehouse
 from .warehouse_check import adopt_legacy_catalog
 
@@ -54,6 +55,9 @@ class JobOptions:
     batch_items: int | None = None  # retrieved items per batch or partition
     charts: bool = True
     gate: GateOptions | None = None  # gate the newest run against a baseline
+    trec_run: Path | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12)
+    qrels: Path | None = None
+    run_id: str | None = None  # the TREC run's id (default: the run file's name)
 
 
 @dataclass(frozen=True)
@@ -90,9 +94,18 @@ def resolve_kb(kb: Path | None) -> Path | None:
     return kb
 
 
+def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
+    """The runs to evaluate, each checked before anything is written (SPEC 6): a TREC run
+    file with its qrels, or every run folder of RUNS."""
+    if options.trec_run is not None:
+        return [trec_source(options.trec_run, options.qrels, options.run_id)]
+    return load_run_folders(options.runs)
+
+
 def run_job(options: JobOptions, steps: Steps) -> JobResult:
-    folders = load_run_folders(options.runs)  # every manifest is checked before anything is written
-    kb = resolve_kb(options.kb)
+    folders = sources(options)
+    # TREC docnos are not cards: the default KB is for run folders, a KB given is checked.
+    kb = resolve_kb(options.kb) if options.trec_run is None or options.kb is not None else None
     warehouse = Warehouse(options.warehouse)
     if not warehouse.exists() and warehouse.catalog_path.exists():
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept
@@ -144,18 +157,22 @@ class InProcess:
         self.batch_items = batch_items or BATCH_ITEMS
         self.con = connect()
 
-    def ingest(self, plan: RunPlan, txn: TxnRef) -> Ingest:
+    def ingest(self, plan: RunPlan, txn: TxnRef) -> Ingest | TrecIngest:
+        if isinstance(plan.folder, TrecSource):
+            return TrecIngest(plan.folder, txn_scratch(txn, plan.run_id), allow_rejects=plan.allow_rejects,
+                              relevance_level=plan.relevance_level, batch_items=self.batch_items,
+                              committed_digest=plan.committed_digest)
         return Ingest(plan.cases_file, txn_scratch(txn, plan.run_id), allow_rejects=plan.allow_rejects,
                       relevance_level=plan.relevance_level, batch_items=self.batch_items,
                       read=self.prefetch.take(plan.cases_file), committed_digest=plan.committed_digest)
 
-    def batches(self, ingest: Ingest) -> Iterable[StagedBatch]:
+    def batches(self, ingest: Ingest | TrecIngest) -> Iterable[StagedBatch]:
         return ingest.batches()
 
     def evaluate(self, plan: RunPlan, batch: StagedBatch, txn: TxnRef) -> BatchParts:
         return evaluate_batch(plan, batch.frame, batch.attempt, batch.index, txn, self.con)
 
-    def finish(self, plan: RunPlan, ingest: Ingest, evaluated: list[BatchParts], txn: TxnRef) -> Outcome:
+    def finish(self, plan: RunPlan, ingest: Ingest | TrecIngest, evaluated: list[BatchParts], txn: TxnRef) -> Outcome:
         return finish_run(plan, ingest.account, evaluated, txn)
 
     def report(self, state: State, options: ReportOptions) -> WrittenReport:

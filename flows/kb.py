@@ -22,9 +22,9 @@ def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
         con.execute("create or replace temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
     except duckdb.Error as error:
         raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
-    [(n_missing, n_repeated)] = con.execute(
-        "select count(*) filter (where id is null or id = ''), count(id) - count(distinct id) from kb_cards"
-    ).fetchall()
+    ids = con.table("kb_cards").pl()["id"]
+    n_missing = int((ids.is_null() | (ids == "")).sum())
+    n_repeated = ids.drop_nulls().len() - ids.drop_nulls().n_unique()
     if n_missing or n_repeated:
         raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
 
@@ -53,4 +53,4 @@ def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> p
 
 def kb_titles(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
     """Card id → title of the KB loaded in `con`."""
-    return dict(con.execute("select id, title from kb_cards").fetchall())
+    return dict(con.table("kb_cards").pl().select("id", "title").iter_rows())

@@ -18,7 +18,7 @@ from .warehouse import RunState, State, Warehouse
 
 @dataclass(frozen=True)
 class RunPlan:
-    folder: RunFolder
+    folder: RunFolder  # or a flows/trec_files.py TrecSource, planned alike
     headline_k: int
     ks: list[int]
     relevance_level: int
@@ -62,7 +62,7 @@ class RunPlan:
 def stamp(folder: RunFolder) -> list:
     """Size, mtime, inode and ctime of the run's files: a copy that keeps the size and
     restores the mtime (`cp -p`, rsync, tar) still gets a new inode or ctime."""
-    stats = [path.stat() for path in (folder.run_dir / "manifest.json", folder.cases_file)]
+    stats = [path.stat() for path in folder.files]
     return [[st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for st in stats]
 
 

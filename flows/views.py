@@ -60,12 +60,9 @@ def checked_parts(warehouse: Warehouse, state: State, table: str, run_ids: Itera
     return parts
 
 
-def read_state(warehouse: Warehouse) -> State:
-    """The committed state, for a command that reads the warehouse (without any run, that is
-    bad input). On the way, a catalog that is missing, stale, moved or unreadable is made
-    again from the log when no writer is busy (flows/catalog.py), and a warehouse written
-    before the log existed is adopted."""
-    from .catalog import refresh_catalog
+def committed_state(warehouse: Warehouse) -> State:
+    """The committed state; without any run, that is bad input. A warehouse written before the
+    log existed is adopted on the way."""
     from .warehouse_check import adopt_legacy_catalog
 
     if not warehouse.exists():
@@ -75,6 +72,15 @@ def read_state(warehouse: Warehouse) -> State:
     state = warehouse.state()
     if not state.runs:
         raise InputError(f"{warehouse.root}: the warehouse holds no runs yet (run `retrieval-eval run` first)")
+    return state
+
+
+def read_state(warehouse: Warehouse) -> State:
+    """`committed_state`, for a command that reads the warehouse: on the way, a catalog that is
+    missing, stale, moved or unreadable is made again from the log when no writer is busy."""
+    from .catalog import refresh_catalog
+
+    state = committed_state(warehouse)
     if warehouse.try_locked():
         refresh_catalog(warehouse, state, announce=True)
     return state

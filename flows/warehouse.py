@@ -152,15 +152,8 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync(path: Path) -> None:
+    """Flush a file, or a folder's entries, to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -180,7 +173,7 @@ def write_new_file(path: Path, text: str) -> None:
         os.link(aside, path)
     finally:
         aside.unlink()
-    _fsync_dir(path.parent)
+    _fsync(path.parent)
 
 
 class Warehouse:

@@ -64,7 +64,8 @@ def adopt_legacy_catalog(warehouse: Warehouse) -> State:
             return warehouse.state()
         try:
             with duckdb.connect(str(warehouse.catalog_path), read_only=True) as con:
-                rows = con.execute("select table_name, run_id, path from _partitions order by run_id, table_name, path").fetchall()
+                rows = con.table("_partitions").pl().sort("run_id", "table_name", "path").select(
+                    "table_name", "run_id", "path").iter_rows()
         except duckdb.Error as error:
             raise InputError(f"{warehouse.catalog_path}: neither a transaction log nor a readable catalog ({error})") from None
         runs: dict[str, dict] = {}
@@ -85,14 +86,10 @@ def adopt_legacy_catalog(warehouse: Warehouse) -> State:
 
 
 def rebuild(warehouse: Warehouse) -> State:
-    """The catalog made again from the log (adopting a catalog-only warehouse first)."""
-    if not warehouse.exists():
-        if not warehouse.catalog_path.exists():
-            raise InputError(f"{warehouse.root}: no warehouse here (no {LOG}/ folder and no catalog)")
-        adopt_legacy_catalog(warehouse)
-    state = warehouse.state()
-    if not state.runs:
-        raise InputError(f"{warehouse.root}: the transaction log holds no runs")
+    """The catalog and the summary made again from the log (adopting a catalog-only warehouse first)."""
+    from .views import committed_state
+
+    state = committed_state(warehouse)
     with warehouse.locked():
         write_summary(warehouse, State(state.warehouse_id, 0, {}, []), state)
         write_catalog(warehouse, state)

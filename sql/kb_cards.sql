@@ -1,8 +1,13 @@
--- kb_cards: one row per line of the knowledge base (cards.jsonl).
+-- kb_cards: one row per card of the knowledge base (cards.jsonl); its other fields are ignored.
+-- Parameters: $path. Grain: id (flows/kb.py checks that it is unique and never empty).
 -- Columns: id, title
-select *
-from read_json(
-    $path,
-    format = 'newline_delimited',
-    columns = {id: 'VARCHAR', title: 'VARCHAR'}
+with final as (
+    select *
+    from read_json(
+        $path,
+        format = 'newline_delimited',
+        columns = {id: 'VARCHAR', title: 'VARCHAR'}
+    )
 )
+
+select * from final

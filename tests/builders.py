@@ -32,6 +32,16 @@ SAMPLE_BASELINE = REPO / "data" / "baselines" / "baseline.json"
 SAMPLE_RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())
 
 
+def copy_sample(root: Path) -> Path:
+    """The committed sample runs and KB laid out under `root` as in the repository."""
+    import shutil
+
+    shutil.copytree(SAMPLE_RUNS, root / "data" / "runs")
+    (root / "data" / "kb").mkdir()
+    shutil.copy(SAMPLE_KB, root / "data" / "kb" / "cards.jsonl")
+    return root
+
+
 def chunk(chunk_id: str, parent_id: str | None = None, score: float | None = None) -> dict:
     item: dict = {"id": chunk_id}
     if parent_id is not None:

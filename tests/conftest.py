@@ -4,11 +4,10 @@ and an audit of every warehouse a test builds (sql/audits/: unique keys per grai
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
-from builders import SAMPLE_KB, SAMPLE_RUNS, score
+from builders import copy_sample, score
 from retrieval_eval.flows.warehouse import Warehouse
 from retrieval_eval.flows.warehouse_check import audit_warehouse
 
@@ -21,12 +20,8 @@ def evaluate_cases():
 
 @pytest.fixture
 def sample_copy(tmp_path) -> Path:
-    """A private copy of the committed sample runs and KB."""
-    target = tmp_path / "data"
-    shutil.copytree(SAMPLE_RUNS, target / "runs")
-    (target / "kb").mkdir()
-    shutil.copy(SAMPLE_KB, target / "kb" / "cards.jsonl")
-    return target
+    """A private copy of the committed sample runs and KB: its `data` folder."""
+    return copy_sample(tmp_path) / "data"
 
 
 def warehouses_under(folder: Path) -> list[Path]:

@@ -6,20 +6,13 @@ import gzip
 import json
 
 import pytest
-from builders import case, chunk, cli, write_run
+from builders import case, chunk, cli, copy_sample, write_run
 
 
 @pytest.fixture(scope="module")
 def sample_run(tmp_path_factory):
     """`retrieval-eval run` with every default, from a folder laid out like the repository."""
-    root = tmp_path_factory.mktemp("repo")
-    import shutil
-
-    from builders import SAMPLE_KB, SAMPLE_RUNS
-
-    shutil.copytree(SAMPLE_RUNS, root / "data" / "runs")
-    (root / "data" / "kb").mkdir()
-    shutil.copy(SAMPLE_KB, root / "data" / "kb" / "cards.jsonl")
+    root = copy_sample(tmp_path_factory.mktemp("repo"))
     result = cli("run", "--ks", "1,2,3,5,8", cwd=root)
     return root, result
 

@@ -49,7 +49,7 @@ def gate(tmp_path):
     def run(candidate: list[dict], **options):
         write_run(runs, "cand", candidate, created_at="2026-11-02T00:00:00Z")
         evaluate(job_options(runs / "cand", warehouse.root))
-        settings = {"tolerance": 0.05, "locale_tolerance": 0.08, "floors": {}} | options
+        settings = {"tolerance": 0.05, "locale_tolerance": 0.08, "floors": {}} | options  # GateOptions fields
         return gate_run(warehouse.state(), "cand", GateOptions(baseline, warehouse.root, **settings))
 
     run.baseline = baseline
@@ -137,10 +137,11 @@ def test_cases_added_and_removed_are_listed_and_pairing_uses_the_shared_ones(gat
 
 
 def test_small_slices_warn_that_the_tolerance_is_not_detectable(gate):
-    # n = 100 at p = 0.8: sampling noise ±0.078 < 0.08 per locale; all (n = 200) is ±0.055 > 0.05.
+    # At 80% power the MDE of hit (p = 0.8) is 0.079 on all (n = 200) and 0.112 per locale
+    # (n = 100): both above their tolerances (0.05, 0.08), so every gated slice warns; at
+    # n = 400 a locale's MDE would be 0.056 and it would not.
     warnings = gate(cases()).warnings
-    assert any(w.startswith("all=all: n=200 is too small") for w in warnings)
-    assert not any(w.startswith("locale=") for w in warnings)
+    assert [w.split(":")[0] for w in warnings] == ["all n = 200", "en n = 100", "es-419 n = 100"]
 
 
 def test_refresh_is_byte_identical_from_the_same_run(gate, tmp_path):
@@ -279,3 +280,63 @@ def test_run_with_a_baseline_gates_the_newest_run_and_exits_1_when_it_fails(samp
     passed = cli("run", "data/runs/2026-11-16-hybrid-rerank", "--baseline", str(SAMPLE_BASELINE), cwd=root)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "PASS" in passed.stdout
+
+
+def test_significant_decision_passes_a_drop_that_noise_explains(gate):
+    # en: 15 hits lost and 6 gained of 100 → 0.80 → 0.71, a drop of 0.09 > 0.08 (point fails).
+    # Paired, 21 cases moved by ±1: the sign-flip p of |sum| ≥ 9 is P(B ≥ 15 or B ≤ 6) for
+    # B ~ Binomial(21, ½) = 2 × 0.03918 = 0.0784 > 0.05 before any correction: not significant.
+    candidate = cases(misses_added={"en": 15}, hits_added={"en": 6})
+    point = gate(candidate)
+    assert failing(point) >= {("locale", "en", "hit_at_k")}
+    significant = gate(candidate, decision="significant")
+    assert significant.passed, significant.failures
+    line = next(l for l in significant.lines if (l.slice_value, l.metric) == ("en", "hit_at_k"))
+    assert line.p_value == pytest.approx(0.0784, abs=0.003)  # exact enumeration: 2^21 > 100,000 → Monte-Carlo
+    # A clear drop is significant too: 20 of en's 80 hits lost, none gained (p = 2 / 2^20).
+    assert ("locale", "en", "hit_at_k") in failing(gate(cases(misses_added={"en": 20}), decision="significant"))
+
+
+def test_non_inferior_decision_needs_the_interval_above_minus_the_tolerance(gate):
+    assert gate(cases(), decision="non-inferior").passed  # no change: the interval is [0, 0]
+    # en: 6 hits lost of 100 → drop 0.06 < 0.08 (point passes); the paired 95% interval of
+    # the delta reaches about −0.06 − 1.96·√(0.06·0.94/100) ≈ −0.107 < −0.08: not shown
+    # non-inferior.
+    candidate = cases(misses_added={"en": 6})
+    assert gate(candidate).passed
+    result = gate(candidate, decision="non-inferior")
+    assert ("locale", "en", "hit_at_k") in failing(result)
+    line = next(l for l in result.lines if (l.slice_value, l.metric) == ("en", "hit_at_k"))
+    assert line.ci_low < -0.08 < line.delta
+
+
+def test_every_gated_line_carries_its_minimum_detectable_drop(gate):
+    # hit at p = 0.8, n = 100 per locale: MDE = (z_0.975 + z_0.8)·√(0.8·0.2)/√100
+    # = (1.959964 + 0.841621) × 0.4 / 10 = 0.112063; on all (n = 200): 0.079240.
+    result = gate(cases())
+    mde = {(l.slice_value, l.metric): l.mde for l in result.lines if l.tolerance is not None}
+    assert mde[("en", "hit_at_k")] == pytest.approx(0.112063, abs=1e-5)
+    assert mde[("all", "hit_at_k")] == pytest.approx(0.079240, abs=1e-5)
+    assert "en n = 100: a drop smaller than 0.11 cannot be told from noise" in " ".join(result.warnings)
+
+
+def test_gate_json_has_the_shape_the_spec_names(gate, tmp_path):
+    gate(cases(misses_added={"en": 9}, drop={"es-419-000"}))
+    result = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", str(gate.baseline),
+                 "--format", "json", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    document = json.loads(result.stdout)
+    assert {"run_id", "baseline_run_id", "k", "decision", "passed", "lines", "flips", "missing_cases",
+            "added_cases"} <= set(document)
+    assert (document["run_id"], document["baseline_run_id"], document["k"], document["decision"],
+            document["passed"]) == ("cand", "base", 4, "point", False)
+    for line in document["lines"]:
+        assert {"slice", "slice_value", "metric", "baseline", "current", "delta", "ci_low", "ci_high", "n",
+                "mde", "failed"} <= set(line)
+    assert {f["case_id"] for f in document["flips"]} == {f"en-{i:03d}" for i in range(71, 80)}
+    assert all(set(f) == {"case_id", "from", "to", "reason", "rank_before", "rank_after"} for f in document["flips"])
+    assert {f["reason"] for f in document["flips"]} == {"not_retrieved"}
+    assert document["missing_cases"] == ["es-419-000"] and document["added_cases"] == []
+    markdown = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", str(gate.baseline),
+                   "--format", "markdown", cwd=tmp_path).stdout
+    assert markdown.startswith("### retrieval-eval gate: ❌ FAIL") and "| slice | metric |" in markdown

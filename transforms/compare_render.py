@@ -24,7 +24,7 @@ def comparison_table(comparison) -> Table:
             signed(r["delta"]) + (" *" if r["significant"] else ""), f"{signed(r['ci_low'])} … {signed(r['ci_high'])}",
             fmt_p(r["p_value"]), fmt_p(r["p_adjusted"]), f"{r['wins']}/{r['ties']}/{r['losses']}", str(r["n"]),
         ])
-    return Table(["run", "slice", "metric", "reference", "run", "Δ", "paired 95% CI", "p", "p adjusted",
+    return Table(["run", "slice", "metric", "reference mean", "run mean", "Δ", "paired 95% CI", "p", "p adjusted",
                   "wins/ties/losses", "n"], rows, 3)
 
 

@@ -65,17 +65,19 @@ def changes_table(changes: Changes, limit: int | None = None) -> Table:
 
 
 def reasons_table(changes: Changes) -> Table:
-    """Hit → miss flips per reason, in `all` and in each locale."""
+    """Hit → miss flips per reason, in `all` and in each locale; a reason no flip has is left
+    out (the text above the table names every reason), so the table fits a phone."""
     counts = changes.reasons.filter(pl.col("slice").is_in(["all", "locale"]))
     keys = [("all", "all")] + sorted({(s, v) for s, v in counts.select("slice", "slice_value").iter_rows()
                                       if s == "locale"})
+    reasons = [reason for reason in REASONS if reason in set(counts["reason"])] or list(REASONS)
     rows = []
     for slice_, value in keys:
         mine = {r["reason"]: r["n"] for r in counts.filter(
             (pl.col("slice") == slice_) & (pl.col("slice_value") == value)).iter_rows(named=True)}
-        rows.append(["all" if slice_ == "all" else value, *[str(mine.get(reason, 0)) for reason in REASONS],
+        rows.append(["all" if slice_ == "all" else value, *[str(mine.get(reason, 0)) for reason in reasons],
                      str(sum(mine.values()))])
-    return Table(["hit → miss in", *REASONS, "total"], rows)
+    return Table(["hit → miss in", *reasons, "total"], rows)
 
 
 def runs_table(report: Report, limit: int | None = None) -> tuple[Table, list[float | None]]:
@@ -152,6 +154,11 @@ def changes_summary(changes: Changes) -> list[str]:
     return lines
 
 
+def nothing_to_compare(run: RunReport) -> str:
+    """The opening line of a report whose newest run has no run before it (nor a baseline at its k)."""
+    return f"What changed in {run.run_id}: nothing to compare, there is no run before it"
+
+
 # ----------------------------------------------------------------------------- terminal
 
 
@@ -162,6 +169,8 @@ def render_terminal(report: Report, colour: bool = False) -> str:
         summary = changes_summary(report.changes)
         out += [bold(summary[0]), *summary[1:], ""]
         out += [indent(layout_text(changes_table(report.changes, limit=6))), ""]
+    elif report.newest is not None:
+        out += [bold(nothing_to_compare(report.newest)), ""]
     total = report.runs.height
     shown = min(total, TERMINAL_RUNS)
     title = f"retrieval-eval — {total} run(s), headline figures on all labelled cases"
@@ -208,12 +217,14 @@ def report_blocks(report: Report) -> list[Block]:
                    *[Block("text", line.strip()) for line in summary[1:]],
                    Block("table", table=changes_table(report.changes)), Block("images", images=("changes",)),
                    Block("text", "Cases that flipped hit → miss, by reason (the first that applies: "
-                         + ", ".join(REASONS) + "):"),
+                         + ", ".join(REASONS) + "; a reason no case has is not shown):"),
                    Block("table", table=reasons_table(report.changes))]
         if report.changes.flips.height:
             blocks += [Block("text", f"{report.changes.flips.height} flipped case(s)"
                              + _listed(report.changes.flips.height, "hit_at_k of both runs differs")),
                        Block("table", table=flips_table(report.changes))]
+    elif report.newest is not None:
+        blocks += [Block("heading", "What changed"), Block("text", nothing_to_compare(report.newest))]
     warnings = [w for run in (report.newest,) if run for w in run.warnings]
     if warnings:
         blocks.append(Block("heading", "Warnings"))
@@ -300,7 +311,12 @@ td.num, th.num { text-align: right; }
 .charts { display: flex; flex-wrap: wrap; gap: 12px; margin: .5em 0 1em; }
 .charts figure { margin: 0; max-width: 100%; }
 .charts svg { max-width: 100%; height: auto; }
+/* a phone: long slice labels and run ids wrap, so the first figures show beside them */
+@media (max-width: 700px) { .labels td:first-child { white-space: normal; } }
 """
+
+
+LABELLED_TABLES = ("slice", "run")  # tables whose first column is a long label, then figures
 
 
 def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "") -> str:
@@ -317,13 +333,16 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
         if block.kind == "heading":
             parts.append(f"<h{block.level}>{escape(block.text)}</h{block.level}>")
         elif block.kind == "text":
-            css = ' class="lead"' if first_text and report.changes is not None else ""
+            css = ' class="lead"' if first_text and report.newest is not None else ""
             first_text = False
             parts.append(f"<p{css}>{escape(block.text)}</p>")
         elif block.kind in ("note", "warning"):
             parts.append(f'<p class="{block.kind}">{escape(block.text)}</p>')
         elif block.kind == "table":
-            parts.append(layout_html(block.table))
+            table = layout_html(block.table)
+            if block.table.header[0] in LABELLED_TABLES:
+                table = table.replace('<div class="scroll">', '<div class="scroll labels">', 1)
+            parts.append(table)
         elif block.kind == "images":
             figures = [
                 f'<figure aria-label="{escape(CHART_TITLES[name])}">{images[report.charts[name]].decode("utf-8")}</figure>'
