@@ -25,7 +25,15 @@ ROOT = BENCH.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import RESULTS, SAMPLE_RUNS, WORK, ours_env, retrieval_eval_command, timed  # noqa: E402
+from benchmarks.run import (  # noqa: E402
+    RESULTS,
+    SAMPLE_RUNS,
+    WORK,
+    compile_project,
+    ours_env,
+    retrieval_eval_command,
+    timed,
+)
 
 
 def make_history(folder: Path, n_runs: int) -> Path:
@@ -58,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
+    compile_project()
     folder = WORK / "data" / f"growth-{args.runs}"
     runs = make_history(folder, args.runs)
     scratch = Path(tempfile.mkdtemp(prefix="growth-", dir=WORK))

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import shutil
 import json
+import shutil
 import subprocess
 import sys
 import tempfile

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 from blake3 import blake3
 
-from ..transforms.staging import CASES_SCHEMA, NotClean
+from ..transforms.case_schema import CASES_SCHEMA, NotClean
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
@@ -90,6 +90,21 @@ def _valid_utf8(data: bytes) -> bool:
     return True
 
 
+def _holds_token(data: np.ndarray, tokens: tuple[bytes, ...]) -> bool:
+    """Whether any of `tokens` occurs in `data`: the positions of each token's first byte,
+    narrowed byte by byte (NumPy, without the GIL; `token in bytes` holds it, at a third of
+    the speed)."""
+    for token in tokens:
+        at = np.flatnonzero(data[: max(len(data) - len(token) + 1, 0)] == token[0])
+        for offset in range(1, len(token)):
+            if not len(at):
+                break
+            at = at[data[at + offset] == token[offset]]
+        if len(at):
+            return True
+    return False
+
+
 class _Scan:
     """Line starts, those at a '{', non-JSON number tokens and UTF-8 validity over a file's
     blocks in order."""
@@ -111,8 +126,7 @@ class _Scan:
         self.object_lines += int(np.count_nonzero(data[starts] == OPEN_BRACE))
         self._at_line_start = bool(data[-1] == NEWLINE)
         if self.json_only:
-            window = self._tail + block
-            self.json_only = not any(token in window for token in NON_JSON_NUMBERS)
+            self.json_only = not _holds_token(np.frombuffer(self._tail + block, dtype=np.uint8), NON_JSON_NUMBERS)
             self._tail = block[-TOKEN_OVERLAP:]
         if self.json_only and (self._cut_character or not block.isascii()):
             text = self._cut_character + block

@@ -20,12 +20,45 @@ class Terminated(BaseException):
     removes its uncommitted files) before the command ends with 143."""
 
 
+# Engines whose Python code is also called from their native code: Polars builds a frame's
+# dtypes by calling Python from Rust, and an exception raised there cannot unwind through
+# Rust (it panics, printing a Rust backtrace). A signal that lands with such a frame on the
+# main thread's stack is raised DEFER_S later, when the thread has left it (at most
+# MAX_DEFERRALS times: then it is raised wherever the thread stands).
+ENGINE_PACKAGES = frozenset({"polars", "pyarrow", "duckdb"})
+DEFER_S, MAX_DEFERRALS = 0.02, 100
+_deferrals: list[None] = []
+_raised: list[None] = []  # the interrupt was raised or reported
+
+
 def _on_signal(signum, frame) -> None:
     # Raised once: a second signal (or the one an engine delivers again after it stopped its
     # query) must not cut the cleanup the first one started.
     _received.append(signum)
     if len(_received) == 1:
-        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated
+        _deliver(frame)
+
+
+def _on_alarm(_signum, frame) -> None:
+    if _received and not _raised:
+        _deliver(frame)
+
+
+def _deliver(frame) -> None:
+    if len(_deferrals) < MAX_DEFERRALS and _in_engine_code(frame):
+        _deferrals.append(None)
+        signal.setitimer(signal.ITIMER_REAL, DEFER_S)  # SIGALRM: _on_alarm tries again
+        return
+    _raised.append(None)
+    raise KeyboardInterrupt if _received[0] == signal.SIGINT else Terminated
+
+
+def _in_engine_code(frame) -> bool:
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").partition(".")[0] in ENGINE_PACKAGES:
+            return True
+        frame = frame.f_back
+    return False
 
 
 import argparse  # noqa: E402
@@ -304,7 +337,7 @@ def check_trec_arguments(args: argparse.Namespace) -> None:
     if args.trec_run is None:
         given = [option for option, value in (("--qrels", args.qrels), ("--run-id", args.run_id)) if value is not None]
         if given:
-            raise InputError(f"run: {' and '.join(given)} only go with --trec-run FILE")
+            raise InputError(f"run: {' and '.join(given)} {'are' if len(given) > 1 else 'is'} only for --trec-run FILE")
         return
     if args.qrels is None:
         raise InputError("run: --trec-run needs --qrels FILE (the judgments to evaluate it against)")
@@ -556,6 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interrupted(signum: int) -> int:
+    signal.setitimer(signal.ITIMER_REAL, 0)  # an interrupt still deferred is this one
+    _raised.append(None)
     what = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
     print(f"retrieval-eval: {what}; what was committed before stands, nothing after it was", file=sys.stderr)
     return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
@@ -579,8 +614,11 @@ def console() -> int:
     are left out of that walk."""
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGALRM, _on_alarm)
     process_settings()
     code = main()
+    if _received and not _raised:  # the command ended while its interrupt was deferred
+        code = _interrupted(_received[0])
     if _received:
         # Interrupted: everything that matters ended in `main` (a transaction removed its
         # files); the engines' threads and pending signals must not turn the interpreter's

@@ -19,9 +19,10 @@ from typing import IO
 
 import polars as pl
 
+from ..transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
 from ..transforms.errors import InputError, Reject
 from ..transforms.records import MAX_RECORD_BYTES, judge_line
-from ..transforms.staging import CLEAN_CASES_SCHEMA, NotClean, stage
+from ..transforms.staging import stage
 from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, open_text_lines
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items

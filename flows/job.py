@@ -82,6 +82,7 @@ class Steps(Protocol):
     def report(self, state: State, options: ReportOptions) -> WrittenReport: ...
     def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome: ...
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None: ...
+    def settle(self, handles: list[Any]) -> None: ...
 
 
 def resolve_kb(kb: Path | None) -> Path | None:
@@ -116,20 +117,28 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         ref = TxnRef(warehouse.root, txn.id)
         todo = [plan for plan in plans if plan.reuse is None]
         ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
-        evaluated = {}
-        for number, plan in enumerate(todo, start=1):
-            progress.start_run(number, plan.run_id, plan.cases_file.stat().st_size)
-            batches = steps.batches(ingests[plan.run_id])
-            try:
-                evaluated[plan.run_id] = [steps.evaluate(plan, batch, ref) for batch in progress.batches(batches)]
-            finally:
-                if hasattr(batches, "close"):  # a read stopped by an error stops its threads now
-                    batches.close()
-            progress.end_run()
-        outcomes = [
-            Reused(plan.run_id, plan.reuse) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
-            for plan in plans
-        ]
+        evaluated: dict[str, list[Any]] = {}
+        try:
+            for number, plan in enumerate(todo, start=1):
+                progress.start_run(number, plan.run_id, plan.cases_file.stat().st_size)
+                batches = steps.batches(ingests[plan.run_id])
+                evaluated[plan.run_id] = handles = []
+                try:
+                    for batch in progress.batches(batches):
+                        handles.append(steps.evaluate(plan, batch, ref))
+                finally:
+                    if hasattr(batches, "close"):  # a read stopped by an error stops its threads now
+                        batches.close()
+                progress.end_run()
+            outcomes = [
+                Reused(plan.run_id, plan.reuse) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
+                for plan in plans
+            ]
+        except Exception:
+            # One step failed while others may still be writing parts: the transaction is
+            # rolled back only once none is, so that no part outlives it.
+            steps.settle([*ingests.values(), *(handle for handles in evaluated.values() for handle in handles)])
+            raise
         commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}
         state = txn.commit(commits) if commits else txn.state
         if commits or summary_files(warehouse, state) is None:
@@ -176,6 +185,7 @@ class InProcess:
         return finish_run(plan, ingest.account, evaluated, txn)
 
     def report(self, state: State, options: ReportOptions) -> WrittenReport:
+        self.prefetch.close()  # a read no ingest took (its run stood) stops parsing now
         return write_report(options, state)
 
     def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome:
@@ -183,6 +193,9 @@ class InProcess:
 
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
         """Nothing to publish in this process: the report files are the output."""
+
+    def settle(self, handles: list[Any]) -> None:
+        """Nothing runs beside this process's own steps: each is over when it returns."""
 
     def close(self) -> None:
         self.prefetch.close()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -157,6 +159,9 @@ class PrefectSteps:
     def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome:
         return gate_task(state, run_id, options)
 
+    def settle(self, handles: list[PrefectFuture]) -> None:
+        wait(handles)
+
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
         folder = report.markdown.parent.absolute()
         # The UI cannot show the report folder's images: the artifact keeps the tables only.
@@ -258,7 +263,6 @@ def make_task_runner(task_runner: str = "thread", dask_address: str | None = Non
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=THREAD_WORKERS)
-    import dask
     from prefect_dask import DaskTaskRunner
 
     if dask_address is not None:
@@ -267,10 +271,29 @@ def make_task_runner(task_runner: str = "thread", dask_address: str | None = Non
         with Client(dask_address, timeout=30) as client:
             check_workers(client, api_url)
         return DaskTaskRunner(address=dask_address)
-    worker_env = dask_worker_env(api_url)
-    # Set before a worker spawns: Prefect and distributed configure their logging at import.
-    dask.config.set({"distributed.nanny.pre-spawn-environ": worker_env})
     return DaskTaskRunner(cluster_kwargs=dask_cluster_kwargs(api_url))
+
+
+@contextmanager
+def worker_spawn_environment(task_runner: str, dask_address: str | None, api_url: str | None) -> Iterator[None]:
+    """The environment a local Dask cluster's workers start with, set before they spawn (Prefect
+    and distributed configure their logging at import). distributed's nanny copies it into this
+    process's own environment to spawn a worker and leaves it there (distributed/nanny.py), so
+    it is taken back afterwards: a later run in the same process (a notebook, a test) must not
+    inherit this run's temporary API address (nor the nanny's other variables)."""
+    if task_runner != "dask" or dask_address is not None:
+        yield
+        return
+    import dask
+
+    saved = dict(os.environ)
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": dask_worker_env(api_url)}):
+            yield
+    finally:
+        for name in os.environ.keys() - saved.keys():
+            del os.environ[name]
+        os.environ.update(saved)
 
 
 def dask_worker_env(api_url: str | None) -> dict[str, str]:
@@ -307,7 +330,8 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
         api_url = ensure_api(dask=task_runner == "dask" or dask_address is not None, dask_address=dask_address)
         runner = make_task_runner(task_runner, dask_address, api_url)
         try:
-            state = evaluate_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
+            with worker_spawn_environment(task_runner, dask_address, api_url):
+                state = evaluate_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
         except (httpx.TransportError, RuntimeError) as error:
             if isinstance(error, RuntimeError) and "reach API" not in str(error):
                 raise
@@ -347,4 +371,5 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
         )
         crash_stale_runs(deployment.apply())
         ensure_crash_automation(crash_after_s)
-        serve_deployments(deployment)
+        with worker_spawn_environment(task_runner, dask_address, api_url):
+            serve_deployments(deployment)

@@ -66,6 +66,22 @@ def quiet_prefect_loggers(level: int) -> list[tuple[logging.Logger | logging.Han
     return changed
 
 
+class PlainExpectedErrors(logging.Filter):
+    """Prefect's engines log a failed flow or task run with its traceback. A failure the command
+    explains in one line (bad input, a damaged warehouse, a full or read-only disk: flows/cli.py)
+    keeps its log message and loses the traceback, so a user who chose a Prefect log level sees
+    what went wrong, not the engine's frames."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], (InputError, OSError)):
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+
+
 @contextmanager
 def configured(*, served: bool = False) -> Iterator[None]:
     """Prefect's settings for our flow runs: warnings only (nothing at all when the user did not
@@ -91,10 +107,15 @@ def configured(*, served: bool = False) -> Iterator[None]:
                                PREFECT_FLOWS_HEARTBEAT_FREQUENCY: HEARTBEAT_S if served else None}
     EventsWorker.set_client_override(PrefectEventsClient, reconnection_attempts=EVENTS_RECONNECTIONS)
     restore = [] if "PREFECT_LOGGING_LEVEL" in os.environ else quiet_prefect_loggers(logging.CRITICAL)
+    plain = PlainExpectedErrors()
+    for name in RUN_LOGGERS:
+        logging.getLogger(name).addFilter(plain)
     try:
         with temporary_settings(updates=updates, set_defaults=defaults):
             yield
     finally:
+        for name in RUN_LOGGERS:
+            logging.getLogger(name).removeFilter(plain)
         for item, level in restore:
             item.setLevel(level)
 

@@ -79,11 +79,11 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         runs = con.sql(sql.load("report_runs")).pl()
         aggregates = con.sql(sql.load("report_aggregates")).pl()
     detailed = runs["run_id"].to_list()[-DETAILED_RUNS:]
-    add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics", "retrieved"))
+    add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics"))
     with naming_damage(warehouse, state):
         cases = con.sql(sql.load("report_cases"), params={"ids": detailed}).pl()
         unknown = unknown_gold_counts(con, detailed) if kb else None
-        titles = kb_titles(con) if kb else {}
+        titles = kb_titles(con) if kb else None
     rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
     reports = [
         run_report(rows[run_id], aggregates,
@@ -135,5 +135,6 @@ def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, b
     markdown.write_text(render_markdown(report), encoding="utf-8")
     script, style = explorer_assets()
     svgs = {file_name: svg for file_name, svg in images.values()}
-    html.write_text(render_html(report, svgs, explorer_script=script, explorer_style=style), encoding="utf-8")
+    with open(html, "w", encoding="utf-8", newline="\n") as handle:
+        handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style))
     return WrittenReport(report, [markdown, html])

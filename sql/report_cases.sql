@@ -1,20 +1,15 @@
 -- report_cases: one row per labelled case of each run in $ids at that run's headline k, with
 -- what the report shows of it: its metrics, gold cards, question, how much it retrieved and
--- its distinct cards in rank order (the case explorer, the flips and their reasons).
--- Reads: case_metrics, cases, retrieved, runs. Parameters: $ids. Grain: (run_id, case_id).
--- Columns: every column of `case_metrics`, gold, question, n_retrieved, cards
+-- the distinct cards it ranked down to the headline k or to its first relevant card,
+-- whichever is deeper (`cards`, cut from the cases table's top_cards, at most 50: the case
+-- explorer's evidence of a hit or a miss); n_cards counts every distinct card it retrieved.
+-- Reads: case_metrics, cases, runs. Parameters: $ids. Grain: (run_id, case_id).
+-- Columns: every column of `case_metrics`, gold, question, n_retrieved, cards, n_cards
 with at_headline as (
     select case_metrics.*
     from case_metrics
     join runs using (run_id)
     where list_contains($ids, run_id) and case_metrics.k = runs.headline_k
-),
-
-ranked as (
-    select run_id, case_id, list(card_id order by card_rank) as cards
-    from retrieved
-    where list_contains($ids, run_id) and card_rank is not null
-    group by run_id, case_id
 ),
 
 final as (
@@ -23,10 +18,10 @@ final as (
         cases.gold,
         cases.question,
         cases.n_retrieved,
-        coalesce(ranked.cards, []::varchar[]) as cards
+        cases.top_cards[1:greatest(at_headline.k, coalesce(at_headline.first_relevant_rank, 0))] as cards,
+        cases.n_cards
     from at_headline
     join cases using (run_id, case_id)
-    left join ranked using (run_id, case_id)
 )
 
 select * from final

@@ -19,11 +19,12 @@ from retrieval_eval.flows.views import open_reader
 from retrieval_eval.flows.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, merge_partials
 from retrieval_eval.transforms.case_metrics import cutoffs, evaluate_cases
+from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA
 from retrieval_eval.transforms.manifest import Manifest
 from retrieval_eval.transforms.rankings import retrieved_items
 from retrieval_eval.transforms.records import judge_line
 from retrieval_eval.transforms.run_summary import run_summary
-from retrieval_eval.transforms.staging import CLEAN_CASES_SCHEMA, stage
+from retrieval_eval.transforms.staging import stage
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE_RUNS = REPO / "data" / "runs"

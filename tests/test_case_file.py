@@ -5,11 +5,14 @@ a read nobody takes is stopped; its facts tell what JSON forbids and Arrow would
 import json
 import threading
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from builders import case, write_run
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from retrieval_eval.flows.case_file import CaseFileRead, Prefetch, scan_facts
-from retrieval_eval.transforms.staging import NotClean
+from retrieval_eval.transforms.case_schema import NotClean
 
 
 def _cases_file(tmp_path, n: int = 30):
@@ -83,3 +86,14 @@ def test_a_token_split_across_blocks_is_seen(tmp_path, monkeypatch):
     assert scan_facts(path).json_only is False
     path.write_bytes('{"a": "ééééé"}\n'.encode())  # two-byte characters cut by the blocks
     assert scan_facts(path).json_only is True
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"N", b"a", b"NaN", b"Na", b"I", b"Infinit", b"Infinity", b"nfinity", b"x", b"\n"]),
+                max_size=12))
+def test_the_token_search_finds_what_a_substring_search_finds(pieces):
+    from retrieval_eval.flows.case_file import NON_JSON_NUMBERS, _holds_token
+
+    data = b"".join(pieces)
+    expected = any(token in data for token in NON_JSON_NUMBERS)
+    assert _holds_token(np.frombuffer(data, dtype=np.uint8), NON_JSON_NUMBERS) is expected

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import polars as pl
 import pytest
-
 from retrieval_eval.transforms.flips import REASONS, flipped_cases, reasons_by_slice
 
 COLUMNS = {"case_id": pl.String, "locale": pl.String, "category": pl.String, "hit_at_k": pl.Float64,

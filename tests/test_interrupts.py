@@ -55,3 +55,39 @@ def test_an_interrupt_at_any_moment_ends_cleanly(runs, tmp_path, signum):
             assert not list((warehouse / "_log" / "pending").glob("*.json"))
             assert leftovers(warehouse) == set()
     assert interrupted >= 3
+
+
+def test_a_signal_inside_engine_code_is_raised_once_the_thread_has_left_it(monkeypatch):
+    """Polars calls Python from Rust (a frame's dtypes, a function given to it); an exception
+    raised there panics in Rust. The handler waits for the main thread to leave such code."""
+    import polars as pl
+    from retrieval_eval.flows import cli
+
+    for name in ("_received", "_raised", "_deferrals"):
+        monkeypatch.setattr(cli, name, [])
+    armed: list[float] = []
+    monkeypatch.setattr(signal, "setitimer", lambda which, seconds: armed.append(seconds))
+    called_from_rust = []
+    pl.Series([1]).map_elements(lambda x: called_from_rust.append(sys._getframe()) or x, return_dtype=pl.Int64)
+
+    cli._on_signal(signal.SIGINT, called_from_rust[0])  # deferred: nothing raised
+    assert armed == [cli.DEFER_S] and not cli._raised
+    with pytest.raises(KeyboardInterrupt):
+        cli._on_alarm(signal.SIGALRM, sys._getframe())  # the thread stands in our code now
+    cli._on_alarm(signal.SIGALRM, sys._getframe())  # raised once only
+    assert len(cli._raised) == 1
+
+
+def test_a_signal_never_waits_for_engine_code_forever(monkeypatch):
+    from retrieval_eval.flows import cli
+
+    for name in ("_received", "_raised", "_deferrals"):
+        monkeypatch.setattr(cli, name, [])
+    monkeypatch.setattr(signal, "setitimer", lambda which, seconds: None)
+    in_engine = {"__name__": "polars.dataframe.frame"}
+    frame = eval("__import__('sys')._getframe()", in_engine)
+    cli._on_signal(signal.SIGTERM, frame)
+    for _ in range(cli.MAX_DEFERRALS - 1):
+        cli._on_alarm(signal.SIGALRM, frame)
+    with pytest.raises(cli.Terminated):
+        cli._on_alarm(signal.SIGALRM, frame)

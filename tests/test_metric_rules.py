@@ -53,6 +53,16 @@ def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(evaluate_cases):
     assert ranks == [1, None, 2, 3]  # the sibling A::01 has no card rank
 
 
+def test_cases_keep_their_first_distinct_cards_in_rank_order(evaluate_cases):
+    # 60 distinct cards c00..c59, each as two sibling chunks: the case keeps c00..c49 (TOP_CARDS
+    # = 50, transforms/rankings.py) in rank order, and n_cards counts all 60.
+    retrieved = [chunk(f"c{i:02d}::{part}", f"c{i:02d}") for i in range(60) for part in (0, 1)]
+    wh = evaluate_cases([case("deep", retrieved, ["c55"]), case("short", [chunk("b::1", "b"), chunk("a")], ["a"])])
+    rows = {row["case_id"]: row for row in wh.view("cases").iter_rows(named=True)}
+    assert rows["deep"]["top_cards"] == [f"c{i:02d}" for i in range(50)] and rows["deep"]["n_cards"] == 60
+    assert rows["short"]["top_cards"] == ["b", "a"] and rows["short"]["n_cards"] == 2
+
+
 def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(evaluate_cases):
     retrieved = [chunk("A::00", "A"), chunk("B::00", "B")]
     wh = evaluate_cases([

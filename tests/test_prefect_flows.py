@@ -31,7 +31,7 @@ from builders import (
 from polars.testing import assert_frame_equal
 from retrieval_eval.flows import prefect_flows
 from retrieval_eval.flows.gating import GateOptions
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse import SCRATCH, Warehouse
 from test_reliability import synthetic_cases
 
 RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())[-2:]
@@ -117,8 +117,12 @@ def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thre
     # On Dask, each run (about 1,520 retrieved items) is also split into 3 partitions of at
     # most 600 items.
     dask = sample_options(tmp_path, name="dask", batch_items=600, charts=False)
+    environment = dict(os.environ)
     result = prefect_flows.run_tracked(dask, task_runner="dask")
     assert result.run_ids == RUN_IDS
+    # distributed's nanny writes the workers' environment (the run's API among it) into this
+    # process's; the run takes it back, so what runs next here does not report to that API.
+    assert dict(os.environ) == environment
     assert all(len(run.tables["case_metrics"]) == 3 for run in Warehouse(dask.warehouse).state().runs.values())
     expected = view(in_process.warehouse, "aggregates")
     assert expected.height > 0
@@ -302,12 +306,18 @@ def test_a_dead_api_at_start_is_one_line_and_exit_2_before_any_work(tmp_path):
 
 def test_an_api_lost_mid_run_ends_within_seconds_with_one_warning(server_of_its_own, tmp_path):
     runs = tmp_path / "runs"
-    write_run(runs, "big", lines=synthetic_cases(40_000))
+    write_run(runs, "big", lines=synthetic_cases(80_000))
     server = server_of_its_own
     try:
         process = command("run", str(runs), "--warehouse", str(tmp_path / "wh"), "--report-dir",
                           str(tmp_path / "rep"), "--prefect", api_url=server.api_url)
-        time.sleep(6)  # the flow run is under way (Prefect's import and the flow's start take seconds)
+        # The flow run is under way once its staging task has made the run's scratch folder.
+        staging = tmp_path / "wh" / SCRATCH
+        deadline = time.monotonic() + 60
+        while not (staging.is_dir() and any(staging.glob("*/big"))) and process.poll() is None:
+            assert time.monotonic() < deadline, "the flow run did not start"
+            time.sleep(0.05)
+        assert process.poll() is None, "the run ended before the API could be lost"
         server.stop()
         lost = time.monotonic()
         _, stderr = process.communicate(timeout=180)

@@ -192,7 +192,7 @@ def test_a_first_run_opens_by_saying_there_is_nothing_to_compare(tmp_path):
     assert markdown.split("\n\n")[:3] == ["# Retrieval evaluation report", "## What changed", line]
     assert f'<p class="lead">{line}</p>' in result.report.html.read_text(encoding="utf-8")
     cases, meta = report.explorer
-    assert meta["previous_run_id"] is None and {c["flip"] for c in cases} == {None} and len(cases) == 240
+    assert meta["previous_run_id"] is None and cases["flip"].null_count() == cases.height == 240
 
 
 def test_with_a_baseline_the_changes_are_against_it(sample, tmp_path):
@@ -557,3 +557,15 @@ def test_progress_shows_on_a_terminal_for_large_runs_only():
     progress.end_run()
     assert small.getvalue() == ""
 
+
+
+def test_the_explorer_data_written_in_chunks_is_one_script_safe_json_array(monkeypatch):
+    from retrieval_eval.transforms import case_explorer
+
+    monkeypatch.setattr(case_explorer, "CASES_PER_CHUNK", 3)
+    cases = pl.DataFrame({"case_id": [f"c{i}" for i in range(7)],
+                          "question": ["ends </script> or opens <!-- a comment", None, "\u2028", "a", "b", "c", "d"]})
+    text = "".join(case_explorer._cases_json(cases))
+    assert json.loads(text) == cases.to_dicts()  # 3 + 3 + 1 cases, joined into one array
+    assert "</" not in text and "<!--" not in text and "\u2028" not in text
+    assert "".join(case_explorer._cases_json(cases.head(0))) == "[]"

@@ -258,14 +258,26 @@ def test_an_opened_flipped_case_shows_its_gold_and_both_retrieved_lists(browser,
             item.querySelector('.cx-rank-no').textContent, item.querySelector('.cx-card-id').textContent,
             item.querySelector('.cx-title').textContent, item.querySelector('.cx-gold-mark') !== null]);""", column)
 
+    def listed(row) -> int:  # down to k, or to the first gold card when deeper (explorer_data)
+        return max(K, row["first_relevant_rank"] or 0)
+
     def expected(row) -> list[list]:
-        return [[str(rank), card, titles[card], card in row["gold"]] for rank, card in enumerate(row["cards"], 1)]
+        return [[str(rank), card, titles[card], card in row["gold"]] for rank, card in enumerate(row["cards"][:listed(row)], 1)]
+
+    def more(column) -> str | None:
+        notes = column.find_elements(By.CSS_SELECTOR, ".cx-more")
+        return notes[0].text if notes else None
+
+    def expected_more(row) -> str | None:
+        hidden = len(row["cards"]) - listed(row)
+        return f"{hidden} more cards below rank {listed(row)} are not listed." if hidden > 0 else None
 
     this_run = detail.find_element(By.CSS_SELECTOR, ".cx-run:not(.cx-before)")
     before = detail.find_element(By.CSS_SELECTOR, ".cx-run.cx-before")
     assert NEWEST in this_run.find_element(By.CSS_SELECTOR, "h3").text
     assert PREVIOUS in before.find_element(By.CSS_SELECTOR, "h3").text
     assert ranked(this_run) == expected(now) and ranked(before) == expected(was)
+    assert (more(this_run), more(before)) == (expected_more(now), expected_more(was))
     assert [r[3] for r in ranked(this_run)].index(True) + 1 == now["first_relevant_rank"] > K
     assert this_run.find_element(By.CSS_SELECTOR, ".cx-outcome").text == (
         f"hit@{K}: miss · first relevant rank: {now['first_relevant_rank']}")

@@ -11,7 +11,6 @@ import re
 import duckdb
 import polars as pl
 import pytest
-
 from retrieval_eval import sql
 
 RANKED_GRADE = pl.Struct({"rank": pl.Int32, "grade": pl.Int64})
@@ -87,14 +86,12 @@ def warehouse_views():
     }))
     con.register("case_metrics", pl.DataFrame({
         "run_id": ["new", "new", "old"], "case_id": ["a", "a", "a"], "k": [4, 1, 2], "hit_at_k": [1.0, 0.0, 1.0],
+        "first_relevant_rank": [2, 2, 1],
     }))
     con.register("cases", pl.DataFrame({
         "run_id": ["new", "old"], "case_id": ["a", "a"], "gold": [["X", "Y"], ["X"]], "question": ["q?", None],
         "n_retrieved": [3, 1], "gold_source": ["must_cite_one_of"] * 2,
-    }))
-    con.register("retrieved", pl.DataFrame({
-        "run_id": ["new"] * 3 + ["old"], "case_id": ["a"] * 4, "card_id": ["Y", "Y", "Z", "X"],
-        "card_rank": [2, None, 1, 1],
+        "top_cards": [["Z", "Y"], ["X"]], "n_cards": [2, 1],
     }))
     con.register("kb_cards", pl.DataFrame({"id": ["X", "Z"], "title": ["x", "z"]}))
     return con
@@ -111,10 +108,26 @@ def test_report_aggregates_keep_the_headline_k_and_slice_all(warehouse_views):
     assert rows == {("new", 4, "locale"), ("new", 1, "all"), ("old", 2, "all")}
 
 
-def test_report_cases_at_the_headline_k_with_cards_in_rank_order(warehouse_views):
-    assert run(warehouse_views, "report_cases", "ranked", ids=["new"]) == [{"run_id": "new", "case_id": "a", "cards": ["Z", "Y"]}]
-    [row] = run(warehouse_views, "report_cases", ids=["new"])
-    assert (row["k"], row["gold"], row["question"], row["n_retrieved"], row["cards"]) == (4, ["X", "Y"], "q?", 3, ["Z", "Y"])
+def test_report_cases_at_the_headline_k_with_the_cases_top_cards(warehouse_views):
+    con = warehouse_views
+    # Run "new" (headline k 4): a hits at rank 2, b first meets gold at rank 6, c never does.
+    con.register("case_metrics", pl.DataFrame({
+        "run_id": ["new", "new", "new", "new", "old"], "case_id": ["a", "a", "b", "c", "a"], "k": [4, 1, 4, 4, 2],
+        "hit_at_k": [1.0, 0.0, 0.0, 0.0, 1.0], "first_relevant_rank": [2, 2, 6, None, 1],
+    }))
+    seven = [f"P{rank}" for rank in range(1, 8)]
+    con.register("cases", pl.DataFrame({
+        "run_id": ["new", "new", "new", "old"], "case_id": ["a", "b", "c", "a"],
+        "gold": [["X", "Y"], ["P6"], ["Q"], ["X"]], "question": ["q?", None, None, None],
+        "n_retrieved": [9, 7, 7, 1], "top_cards": [["Z", "Y", "W", "V", "U"], seven, seven, ["X"]],
+        "n_cards": [5, 7, 7, 1],
+    }))
+    rows = {r["case_id"]: r for r in run(con, "report_cases", ids=["new"])}
+    assert (rows["a"]["k"], rows["a"]["gold"], rows["a"]["question"], rows["a"]["n_retrieved"], rows["a"]["n_cards"]) == (
+        4, ["X", "Y"], "q?", 9, 5)
+    # the cards down to k = 4, or down to the first gold card when that is deeper
+    assert {case_id: row["cards"] for case_id, row in rows.items()} == {
+        "a": ["Z", "Y", "W", "V"], "b": seven[:6], "c": seven[:4]}
 
 
 def test_case_metrics_with_gold_at_k(warehouse_views):
@@ -149,7 +162,7 @@ def test_gold_ids_and_kb_cards_read_their_files(tmp_path):
 def audit_views(**changes) -> duckdb.DuckDBPyConnection:
     """One whole, consistent run as the audits read it, with `changes` applied to its tables."""
     tables = {
-        "runs": pl.DataFrame({"run_id": ["r"], "n_cases": [1], "n_labelled": [1], "ks": [[1, 2]]}),
+        "runs": pl.DataFrame({"run_id": ["r"], "n_cases": [1], "n_labelled": [1], "ks": [[1, 2]], "relevance_level": [1]}),
         "cases": pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "n_retrieved": [2]}),
         "retrieved": pl.DataFrame({"run_id": ["r", "r"], "case_id": ["a", "a"], "rank": [1, 2]}),
         "case_metrics": pl.DataFrame({
@@ -173,6 +186,10 @@ def audit_views(**changes) -> duckdb.DuckDBPyConnection:
     ({"case_metrics": lambda f: f.with_columns(pl.Series("ndcg_at_k", [0.0, 1.2]))}, "metric_bounds", "out of [0, 1]"),
     ({"aggregates": lambda f: f.with_columns(pl.lit(0.9).alias("mean"))}, "metric_bounds", "out of bounds"),
     ({"case_metrics": lambda f: f.with_columns(pl.Series("recall_at_k", [0.5, 0.5]))}, "metric_order", "k=1"),
+    ({"case_metrics": lambda f: f.with_columns(pl.Series("ndcg_at_k", [0.3, 0.4]))}, "metric_order", "k=1"),
+    # at relevance level 2 a card graded 1 adds nDCG gain without a hit (trec_eval's ndcg_cut)
+    ({"case_metrics": lambda f: f.with_columns(pl.Series("ndcg_at_k", [0.3, 0.4])),
+      "runs": lambda f: f.with_columns(pl.lit(2).alias("relevance_level"))}, None, None),
     ({"case_metrics": lambda f: f.with_columns(pl.Series("hit_at_k", [1.0, 0.0]), pl.Series("first_relevant_rank", [1, None]),
                                               pl.Series("recall_at_k", [0.0, 0.0]), pl.Series("ndcg_at_k", [0.0, 0.0]),
                                               pl.Series("reciprocal_rank_at_k", [0.0, 0.0]))}, "monotone_in_k", "falls at k=2"),

@@ -6,8 +6,8 @@ one row per case from them, shows the rows that pass the filters a page at a tim
 builds a case's evidence only when the case is opened; explorer.css (passed in as
 `style`) lays it out from phone to desktop width.
 
-Data shape (card ids and titles are listed once, in meta["cards"], and cases refer to
-them by index; `CardTable` builds that list):
+Data shape (cases name cards by id; meta["titles"] holds the KB titles of the cards they
+name; transforms/report.py `explorer_data` builds both):
 
     cases: [{"case_id": "pt-BR-golden-007", "locale": "pt-BR", "category": "golden",
              "hit": 0,                     # hit at the headline k (0 or 1)
@@ -15,28 +15,36 @@ them by index; `CardTable` builds that list):
              "flip": "hit-miss",           # "hit-miss", "miss-hit" or None, against the run before
              "reason": "below_k",          # why it flipped, or None
              "question": "..." or None,
-             "gold": [3, 17],              # indexes into meta["cards"]
-             "retrieved": [5, 3, 9],       # distinct cards in rank order (rank = position + 1)
-             "before": {"hit": 1, "first_relevant_rank": 2, "retrieved": [3, 5, 9]} or None}]
+             "gold": ["card-statin-grapefruit"],
+             "retrieved": ["card-x", "card-statin-grapefruit"],  # distinct cards in rank order
+                                           # (rank = position + 1), down to k or to the first
+                                           # gold card if deeper, at most TOP_CARDS
+             "n_cards": 2,                 # distinct cards retrieved in all
+             "before": {"hit": 1, "first_relevant_rank": 1, "retrieved": [...], "n_cards": 3,
+                        "gold": [...]} or None}]
     meta: {"run_id": "...", "previous_run_id": "..." or None, "k": 4,
-           "cards": [["card-statin-grapefruit", "Statins and grapefruit"], ["card-x", None]]}
+           "kb": True,                     # a KB was read: a card not in "titles" is not in it
+           "titles": {"card-statin-grapefruit": "Statins and grapefruit"}}
 
-A card whose title is None is not in the KB. `before` may also carry its own "gold"
-list, used to mark gold cards in the run before when the gold changed between runs.
+`before` carries its own "gold" list, which marks the gold cards in the run before when the
+gold changed. TOP_CARDS is transforms/rankings.py's.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator
 from html import escape
+from itertools import chain
+
+import polars as pl
 
 CASES_ELEMENT_ID = "retrieval-eval-cases"
 META_ELEMENT_ID = "retrieval-eval-meta"
 # rows shown at once: past a few hundred rows a browser spends seconds laying out the list,
 # and a page of them is read by scrolling; the filters and the pages reach every case
 PAGE_SIZE = 100
+CASES_PER_CHUNK = 10_000  # cases written to JSON at a time
 
 # value of the flip filter -> its label; explorer.js reads the same values
 FLIP_CHOICES = (
@@ -48,24 +56,6 @@ FLIP_CHOICES = (
 )
 
 
-class CardTable:
-    """Numbers each card once for meta["cards"]; cases then list cards by their number."""
-
-    def __init__(self, titles: Mapping[str, str]):
-        self._titles = titles  # KB card id -> title; a card missing here is not in the KB
-        self._numbers: dict[str, int] = {}
-        self.rows: list[list[str | None]] = []
-
-    def number(self, card_id: str) -> int:
-        if card_id not in self._numbers:
-            self._numbers[card_id] = len(self.rows)
-            self.rows.append([card_id, self._titles.get(card_id)])
-        return self._numbers[card_id]
-
-    def numbers(self, card_ids: Iterable[str]) -> list[int]:
-        return [self.number(card_id) for card_id in card_ids]
-
-
 def embedded_json(value) -> str:
     """JSON that is safe as the text of a <script type="application/json"> element.
 
@@ -74,7 +64,11 @@ def embedded_json(value) -> str:
     escapes, which JSON.parse reads back unchanged. U+2028 and U+2029 are escaped too, so
     the text stays valid if it is ever read as JavaScript source.
     """
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return script_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def script_safe(text: str) -> str:
+    """JSON text made safe as a <script> element's text (see `embedded_json`)."""
     return (
         text.replace("<!--", "\\u003c!--")
         .replace("</", "<\\/")
@@ -83,14 +77,18 @@ def embedded_json(value) -> str:
     )
 
 
-def explorer_section(cases: list[dict], meta: dict, *, script: str, style: str) -> str:
-    """The explorer as an HTML fragment: heading, filters, list, data, style and script."""
+def explorer_section(cases: pl.DataFrame, meta: dict, *, script: str, style: str) -> Iterator[str]:
+    """The explorer as HTML fragments, in order: heading, filters, list, data, style and
+    script. `cases` has one row per case with the keys of the data shape above as columns;
+    it is written as a JSON array of objects by Polars, CASES_PER_CHUNK cases at a time when
+    the fragments are taken (tens of MB at 100k cases, hundreds at a million: never held
+    whole, never copied again)."""
     for name, text, end_tag in (("script", script, "</script"), ("style", style, "</style")):
         if end_tag in text.lower():
             raise ValueError(f"the explorer's {name} must not contain {end_tag}")
     k = meta["k"]
     previous = meta.get("previous_run_id")
-    total = len(cases)
+    total = cases.height
     against = f", beside the run before, {previous}" if previous else "; there is no run before it"
     parts = [
         '<section class="case-explorer" id="case-explorer" aria-labelledby="case-explorer-heading">',
@@ -99,8 +97,8 @@ def explorer_section(cases: list[dict], meta: dict, *, script: str, style: str) 
         f'<p class="cx-intro">{_count(total, "labelled case")} of the newest run at headline '
         f"k = {k}{escape(against)}. Open a case for its question, gold cards and retrieved list.</p>",
         '<form class="cx-filters" role="search" aria-label="Filter the cases">',
-        _select("locale", "Locale", "all locales", Counter(c["locale"] for c in cases)),
-        _select("category", "Category", "all categories", Counter(c["category"] for c in cases)),
+        _select("locale", "Locale", "all locales", _counts(cases, "locale")),
+        _select("category", "Category", "all categories", _counts(cases, "category")),
         _choice_select("hit", f"hit@{k}", (("", "hit or miss"), ("hit", "hit"), ("miss", "miss"))),
         _choice_select("flip", "Flip against the run before", FLIP_CHOICES, disabled=previous is None),
         '<label class="cx-search">Case id contains <input type="search" name="search" '
@@ -116,19 +114,36 @@ def explorer_section(cases: list[dict], meta: dict, *, script: str, style: str) 
         f"next {PAGE_SIZE} →</button></nav>",
         "<noscript><p>The case list needs JavaScript; every case is in the warehouse's "
         "case_metrics view.</p></noscript>",
-        f'<script type="application/json" id="{CASES_ELEMENT_ID}">{embedded_json(cases)}</script>',
+        f'<script type="application/json" id="{CASES_ELEMENT_ID}">',
+    ]
+    tail = [
+        "</script>",
         f'<script type="application/json" id="{META_ELEMENT_ID}">{embedded_json(meta)}</script>',
         f"<script>{script}</script>",
         "</section>",
     ]
-    return "\n".join(parts) + "\n"
+    return chain(["\n".join(parts)], _cases_json(cases), ["\n".join(tail) + "\n"])
+
+
+def _cases_json(cases: pl.DataFrame) -> Iterator[str]:
+    """The JSON array of `cases`, in chunks; each chunk is whole objects, so no "</" or
+    "<!--" can straddle two chunks and each is made script-safe alone."""
+    yield "["
+    for start in range(0, cases.height, CASES_PER_CHUNK):
+        objects = cases.slice(start, CASES_PER_CHUNK).write_json()[1:-1]
+        yield ("," if start else "") + script_safe(objects)
+    yield "]"
+
+
+def _counts(cases: pl.DataFrame, column: str) -> dict[str, int]:
+    return dict(cases.group_by(column).len().iter_rows())
 
 
 def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
-def _select(name: str, label: str, everything: str, counts: Counter) -> str:
+def _select(name: str, label: str, everything: str, counts: dict[str, int]) -> str:
     choices = [("", everything)] + [(value, f"{value} ({n:,})") for value, n in sorted(counts.items())]
     return _choice_select(name, label, choices)
 

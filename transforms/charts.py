@@ -31,6 +31,8 @@ import re
 from dataclasses import dataclass, field
 from html import escape
 
+from .tables import signed
+
 WIDTH = 360
 PAD = 8  # outer margin on every side
 FONT_FAMILY = "system-ui, -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif"
@@ -125,11 +127,6 @@ def num(value: float) -> str:
     """A coordinate as written in the SVG: at most 2 decimals, no trailing zeros, no -0."""
     text = f"{value:.2f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
-
-
-def fmt_delta(value: float) -> str:
-    """A change as the report's tables print it: +0.013, -0.125 (float noise prints +0.000)."""
-    return f"{round(value, 3) + 0.0:+.3f}"
 
 
 # --- scene: what a chart draws, with the boxes that the tests check -------------------
@@ -783,7 +780,7 @@ def delta_layout(rows: list[dict], title: str) -> Scene:
 
     # "group · item" labels: the group is written once, on a header row across the chart.
     split = [row["label"].rsplit(" · ", 1) if " · " in row["label"] else ["", row["label"]] for row in rows]
-    value_width = max(text_width(fmt_delta(row["delta"]), SMALL_SIZE) for row in rows)
+    value_width = max(text_width(signed(row["delta"]), SMALL_SIZE) for row in rows)
     star_width = text_width(" *", SMALL_SIZE)
     label_width = min(max(text_width(item, TEXT_SIZE) + (ITEM_INDENT if group else 0) for group, item in split),
                       MAX_LABEL_WIDTH)
@@ -837,12 +834,12 @@ def delta_layout(rows: list[dict], title: str) -> Scene:
             _whisker(scene, x_of(low), x_of(high), y, colour)
         scene.items.append(Marker(x_of(row["delta"]), y, "circle", colour, 4.5, filled=significant))
         star_x = WIDTH - PAD - star_width
-        scene.items.append(Text(star_x, y + 0.36 * SMALL_SIZE, fmt_delta(row["delta"]), SMALL_SIZE, "end",
+        scene.items.append(Text(star_x, y + 0.36 * SMALL_SIZE, signed(row["delta"]), SMALL_SIZE, "end",
                                 INK if significant else MUTED, role="value"))
         if significant:
             scene.items.append(Text(WIDTH - PAD, y + 0.36 * SMALL_SIZE, "*", SMALL_SIZE, "end", INK, role="value"))
-        interval = "" if low is None or high is None else f" ({fmt_delta(low)} to {fmt_delta(high)})"
-        described.append(f"{row['label']} {fmt_delta(row['delta'])}{interval}" + (", significant" if significant else ""))
+        interval = "" if low is None or high is None else f" ({signed(low)} to {signed(high)})"
+        described.append(f"{row['label']} {signed(row['delta'])}{interval}" + (", significant" if significant else ""))
     axis_y = tick_y + SMALL_SIZE + LINE_GAP
     scene.items.append(Text(x_of(0), axis_y, "change", SMALL_SIZE, "middle", MUTED, role="axis"))
     scene.height = axis_y + 0.25 * SMALL_SIZE + PAD

@@ -8,8 +8,7 @@ from html import escape
 
 from .charts import delta_chart
 from .metrics import LABELS
-from .report import signed
-from .tables import Table, fmt, fmt_p, layout_html, layout_markdown, layout_text
+from .tables import Table, fmt, fmt_p, layout_html, layout_markdown, layout_text, signed
 
 JSON_FIELDS = ("run_id", "slice", "slice_value", "metric", "n", "reference_mean", "mean", "delta", "ci_low", "ci_high",
                "p_value", "p_adjusted", "significant", "wins", "ties", "losses")

@@ -10,8 +10,17 @@ import polars as pl
 from .flips import REASONS, reasons_by_slice
 from .gate import GateResult, gate_json
 from .metrics import LABELS
-from .report import signed
-from .tables import GREEN, RED, RESET, Table, fmt, fmt_p, layout_markdown, layout_text
+from .tables import (
+    GREEN,
+    RED,
+    RESET,
+    Table,
+    fmt,
+    fmt_p,
+    layout_markdown,
+    layout_text,
+    signed,
+)
 
 LISTED_FLIPS = 50
 

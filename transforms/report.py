@@ -15,6 +15,7 @@ import polars as pl
 from .comparison import compare_runs
 from .flips import flipped_cases, reasons_by_slice
 from .metrics import GATED, LABELS, NAMES
+from .tables import signed
 
 RECALL_CAVEAT = (
     "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
@@ -82,7 +83,7 @@ class Report:
     changes: Changes | None
     never_hit: pl.DataFrame  # newest run: labelled cases with no gold card in the whole capture
     entry_ranks: pl.DataFrame  # newest run: first_relevant_rank distribution at the headline k
-    explorer: tuple[list[dict], dict] | None = None  # the case explorer's cases and meta
+    explorer: tuple[pl.DataFrame, dict] | None = None  # the case explorer's cases and meta
     charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in the report folder
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
@@ -209,65 +210,47 @@ def change_phrase(row: dict, k: int) -> str:
             f"(95% CI {signed(row['ci_low'])} … {signed(row['ci_high'])}){mark}")
 
 
-def signed(value: float | None) -> str:
-    """+0.125 / −0.125 (a true minus sign); float noise prints as +0.000, never −0.000."""
-    if value is None:
-        return "—"
-    text = f"{round(value, 3) + 0.0:+.3f}"
-    return text.replace("-", "−")
-
-
 def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl.DataFrame | None,
-                  titles: dict[str, str | None], *, run_id: str, previous_run_id: str | None, k: int
-                  ) -> tuple[list[dict], dict]:
-    """The case explorer's cases and meta (transforms/case_explorer.py): one entry per labelled
+                  titles: dict[str, str | None] | None, *, run_id: str, previous_run_id: str | None, k: int
+                  ) -> tuple[pl.DataFrame, dict]:
+    """The case explorer's cases and meta (transforms/case_explorer.py): one row per labelled
     case of the newest run (case_id order). `newest` and `previous` are per-case rows at the
-    headline k with case_id, locale, category, hit_at_k, first_relevant_rank, question, gold
-    and cards (the distinct cards in rank order); `titles` are the KB's (a card missing there
-    is not in the KB; an empty mapping when no KB was read)."""
-    from .case_explorer import CardTable
-
-    cards = CardTable(titles) if titles else _AllKnown()
-    before = {row["case_id"]: row for row in previous.iter_rows(named=True)} if previous is not None else {}
-    flipped = {row["case_id"]: row for row in flips.iter_rows(named=True)} if flips is not None else {}
-    cases = []
-    for row in newest.sort("case_id").iter_rows(named=True):
-        earlier = before.get(row["case_id"])
-        flip = flipped.get(row["case_id"])
-        cases.append({
-            "case_id": row["case_id"],
-            "locale": row["locale"],
-            "category": row["category"],
-            "hit": int(row["hit_at_k"]),
-            "first_relevant_rank": row["first_relevant_rank"],
-            "flip": None if flip is None else f"{flip['from']}-{flip['to']}",
-            "reason": None if flip is None else flip["reason"],
-            "question": row.get("question"),
-            "gold": cards.numbers(row["gold"] or []),
-            "retrieved": cards.numbers(row["cards"] or []),
-            "before": None if earlier is None else {
-                "hit": int(earlier["hit_at_k"]),
-                "first_relevant_rank": earlier["first_relevant_rank"],
-                "retrieved": cards.numbers(earlier["cards"] or []),
-                "gold": cards.numbers(earlier["gold"] or []),
-            },
-        })
-    meta = {"run_id": run_id, "previous_run_id": previous_run_id, "k": k, "cards": cards.rows}
+    headline k with case_id, locale, category, hit_at_k, first_relevant_rank, question, gold,
+    cards (its distinct cards in rank order down to k or to its first gold card, whichever is
+    deeper: sql/report_cases.sql) and n_cards (how many it retrieved in all); `titles` are
+    the KB's, None when no KB was read. meta["titles"] holds the titles of the
+    KB cards the cases name; with a KB, a card missing there is not in the KB."""
+    newest = newest.sort("case_id")
+    if previous is not None:
+        previous = previous.join(newest.select("case_id"), on="case_id", how="semi")
+    hit = pl.col("hit_at_k").cast(pl.Int8).alias("hit")
+    no_ids = pl.lit([], dtype=pl.List(pl.String))
+    question = pl.col("question") if "question" in newest.columns else pl.lit(None, dtype=pl.String).alias("question")
+    shown = pl.col("cards").fill_null(no_ids)
+    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", question,
+                          pl.col("gold").fill_null(no_ids), shown.alias("retrieved"), "n_cards")
+    if flips is not None:
+        flip = pl.concat_str(pl.col("from"), pl.lit("-"), pl.col("to")).alias("flip")
+        cases = cases.join(flips.select("case_id", flip, "reason"), on="case_id", how="left", maintain_order="left")
+    else:
+        cases = cases.with_columns(pl.lit(None, dtype=pl.String).alias("flip"), pl.lit(None, dtype=pl.String).alias("reason"))
+    if previous is not None:
+        before = previous.select("case_id", pl.struct(
+            hit, "first_relevant_rank", shown.alias("retrieved"), "n_cards",
+            pl.col("gold").fill_null(no_ids)).alias("before"))
+        cases = cases.join(before, on="case_id", how="left", maintain_order="left")
+    else:
+        cases = cases.with_columns(pl.lit(None).alias("before"))
+    meta = {"run_id": run_id, "previous_run_id": previous_run_id, "k": k, "kb": titles is not None,
+            "titles": _titles_named(titles, [newest] if previous is None else [newest, previous])}
     return cases, meta
 
 
-class _AllKnown:
-    """A card table without a KB: every card listed by its id, with no title to show."""
-
-    def __init__(self) -> None:
-        self._numbers: dict[str, int] = {}
-        self.rows: list[list[str | None]] = []
-
-    def numbers(self, card_ids) -> list[int]:
-        out = []
-        for card_id in card_ids:
-            if card_id not in self._numbers:
-                self._numbers[card_id] = len(self.rows)
-                self.rows.append([card_id, ""])
-            out.append(self._numbers[card_id])
-        return out
+def _titles_named(titles: dict[str, str | None] | None, sides: list[pl.DataFrame]) -> dict[str, str | None]:
+    """The titles of the KB cards named in the sides' gold and cards (a hash probe of every
+    named id against the KB's ids, then the few distinct matches)."""
+    if not titles:
+        return {}
+    known = pl.Series(list(titles), dtype=pl.String)
+    named = pl.concat([side.get_column(column).explode() for side in sides for column in ("gold", "cards")])
+    return {card: titles[card] for card in named.filter(named.is_in(known.implode())).unique().sort().to_list()}

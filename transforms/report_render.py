@@ -5,8 +5,10 @@ with what changed; tables are built once as rows of cells (transforms/tables.py)
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from html import escape
+from itertools import chain
 
 import polars as pl
 
@@ -319,8 +321,10 @@ td.num, th.num { text-align: right; }
 LABELLED_TABLES = ("slice", "run")  # tables whose first column is a long label, then figures
 
 
-def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "") -> str:
-    """report.html: one self-contained page (charts inline as SVG, the case explorer, no network)."""
+def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "") -> Iterator[str]:
+    """report.html: one self-contained page (charts inline as SVG, the case explorer, no
+    network), as parts to write one after the other: the page is laid out here, the
+    explorer's data (tens of MB at 100k cases) is made as the parts are taken."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -328,6 +332,7 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
         "<title>Retrieval evaluation report</title>",
         f"<style>{HTML_STYLE}</style></head><body>",
     ]
+    page: list[Iterable[str]] = []  # what is done; `parts` are lines still to join
     first_text = True
     for block in report_blocks(report):
         if block.kind == "heading":
@@ -352,9 +357,10 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
                 parts.append('<div class="charts">' + "".join(figures) + "</div>")
         elif block.kind == "explorer" and report.explorer is not None:
             cases, meta = report.explorer
-            parts.append(explorer_section(cases, meta, script=explorer_script, style=explorer_style))
+            page += [["\n".join(parts) + "\n"], explorer_section(cases, meta, script=explorer_script, style=explorer_style)]
+            parts = []
     parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return chain.from_iterable([*page, ["\n".join(parts) + "\n"]])
 
 
 # ----------------------------------------------------------------------------- JSON

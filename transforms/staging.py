@@ -1,7 +1,8 @@
 """Staging: Arrow tables of case records → one row per case with its gold, grades and ranked
 items, checked for what Arrow's types cannot say (SPEC 2.4, 3 and 6).
 
-flows/case_file.py reads a cases file with Arrow's JSON reader and the schemas below; this
+flows/case_file.py reads a cases file with Arrow's JSON reader and the schemas of
+transforms/case_schema.py; this
 step only looks at the values. A record it cannot take raises NotClean, and the line-by-line
 rules of transforms/records.py then judge the file.
 """
@@ -11,26 +12,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-# SPEC 3: the fields the metrics read, with their types; any other field, at any depth, is
-# parsed as JSON and dropped.
-RETRIEVED_ITEM = pa.struct([("id", pa.string()), ("parent_id", pa.string()), ("score", pa.float64())])
-GRADE = pa.struct([("card_id", pa.string()), ("grade", pa.int64())])
-_COMMON_FIELDS = [
-    ("case_id", pa.string()),
-    ("locale", pa.string()),
-    ("category", pa.string()),
-    ("question", pa.string()),
-    ("query", pa.string()),
-    ("must_cite_one_of", pa.list_(pa.string())),
-    ("relevant_ids", pa.list_(pa.string())),
-    ("retrieved_context", pa.list_(RETRIEVED_ITEM)),
-]
-# A cases file as written: Arrow cannot read an object with free keys ({card_id: grade}), so
-# the first read only sees whether `relevance` is there; a file that has it is read by the
-# line-by-line rules, which write `relevance` as a list of {card_id, grade} (below).
-CASES_SCHEMA = pa.schema([*_COMMON_FIELDS, ("relevance", pa.struct([]))])
-# The clean copy the line-by-line rules write of a file's valid records.
-CLEAN_CASES_SCHEMA = pa.schema([*_COMMON_FIELDS, ("relevance", pa.list_(GRADE))])
+from .case_schema import NotClean
 
 STAGED_ITEM = {"id": pl.String, "parent_id": pl.String, "score": pl.Float64}
 STAGED_GRADE = {"card_id": pl.String, "grade": pl.Int64}
@@ -46,11 +28,6 @@ STAGED_SCHEMA = {
     "grades": pl.List(pl.Struct(STAGED_GRADE)),
     "retrieved_context": pl.List(pl.Struct(STAGED_ITEM)),
 }
-
-
-class NotClean(Exception):
-    """The fast pass cannot take these records (a record breaks a rule, Arrow's reader refuses
-    the file, or the file holds something JSON does not allow): the line-by-line pass decides."""
 
 
 def _missing(text: pl.Expr) -> pl.Expr:

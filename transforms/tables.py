@@ -21,6 +21,13 @@ def fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
+def signed(value: float | None) -> str:
+    """+0.125 / −0.125 (a true minus sign); float noise prints as +0.000, never −0.000."""
+    if value is None:
+        return "—"
+    return f"{round(value, 3) + 0.0:+.3f}".replace("-", "−")
+
+
 def fmt_p(value: float | None) -> str:
     if value is None:
         return "—"

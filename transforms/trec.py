@@ -42,9 +42,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from .errors import InputError, Reject
+from .case_schema import CLEAN_CASES_SCHEMA
+from .errors import Reject
 from .metrics import BY_NAME
-from .staging import CLEAN_CASES_SCHEMA
 
 # C's isspace() in the "C" locale: what trec_eval splits fields on.
 C_WHITESPACE = " \t\n\v\f\r"
@@ -380,23 +380,10 @@ def _as_clean_cases(cases: pl.DataFrame) -> pa.Table:
 # ---------------------------------------------------------------- writing
 
 
-def check_trec_tokens(cards: pl.DataFrame) -> None:
-    """A run file's qid and docno are single tokens: no whitespace, and a qid that opens with
-    `#` would be read back as a comment. Raises InputError naming the first that is not."""
-    for column, what in (("case_id", "case id"), ("card_id", "card id")):
-        bad = pl.col(column).str.contains(FIELD_SEPARATORS + "|\n")
-        if column == "case_id":
-            bad = bad | pl.col(column).str.starts_with("#")
-        offending = cards.filter(bad)
-        if offending.height:
-            raise InputError(f"{what} {offending[column][0]!r} cannot be a TREC field (it holds whitespace "
-                             "or opens with #)")
-
-
 def trec_run_text(cards: pl.DataFrame, tag: str) -> str:
     """Lines `qid Q0 docno rank score tag` of ranked cards (case_id, card_id, card_rank,
-    trec_score), in the order given (sql/export_ranked_cards.sql says the score rule)."""
-    check_trec_tokens(cards)
+    trec_score), in the order given (sql/export_ranked_cards.sql says the score rule; ids a
+    field cannot hold were refused before, sql/export_unwritable_ids.sql)."""
     return cards.select(
         "case_id", pl.lit("Q0").alias("iter"), "card_id", "card_rank", "trec_score", pl.lit(tag).alias("tag")
     ).write_csv(separator=" ", include_header=False, quote_style="never", float_precision=None)

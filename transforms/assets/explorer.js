@@ -224,14 +224,14 @@
   }
 
   // a card's id and KB title as one run of text that wraps as a whole
-  function cardText(cardIndex) {
-    const [cardId, title] = meta.cards[cardIndex];
+  // (meta.titles holds the KB titles of the cards named; without a KB there are none)
+  function cardText(cardId) {
     const text = el("span", "cx-card-text");
-    text.append(
-      el("code", "cx-card-id", cardId),
-      " ",
-      title === null ? el("span", "cx-title cx-not-in-kb", "not in the KB") : el("span", "cx-title", title),
-    );
+    text.appendChild(el("code", "cx-card-id", cardId));
+    if (meta.kb) {
+      const known = Object.prototype.hasOwnProperty.call(meta.titles, cardId);
+      text.append(" ", known ? el("span", "cx-title", meta.titles[cardId] || "") : el("span", "cx-title cx-not-in-kb", "not in the KB"));
+    }
     return text;
   }
 
@@ -243,9 +243,9 @@
       return section;
     }
     const items = el("ul", "cx-gold-list");
-    for (const cardIndex of gold) {
+    for (const cardId of gold) {
       const item = el("li", "cx-gold-card");
-      item.appendChild(cardText(cardIndex));
+      item.appendChild(cardText(cardId));
       items.appendChild(item);
     }
     section.appendChild(items);
@@ -267,7 +267,7 @@
     const section = el("section", "cx-run");
     const heading = el("h3", null, title + " ");
     heading.appendChild(el("span", "cx-run-id", runId));
-    section.append(heading, outcome(run), rankedCards(run.retrieved, new Set(gold)));
+    section.append(heading, outcome(run), rankedCards(run.retrieved, run.n_cards, new Set(gold)));
     return section;
   }
 
@@ -288,7 +288,7 @@
 
   // retrieved cards in rank order, with a line at the headline-k cutoff: the cards above
   // it are the ones hit@k looks at
-  function rankedCards(retrieved, gold) {
+  function rankedCards(retrieved, total, gold) {
     const wrap = el("div", "cx-ranked");
     if (!retrieved.length) {
       wrap.appendChild(el("p", "cx-empty", "Nothing retrieved."));
@@ -296,20 +296,27 @@
     }
     let ranks = el("ol", "cx-cards");
     wrap.appendChild(ranks);
-    retrieved.forEach((cardIndex, position) => {
+    retrieved.forEach((cardId, position) => {
       if (position === k) {
         wrap.appendChild(cutoff(`k = ${k} cutoff`));
         ranks = el("ol", "cx-cards");
         ranks.start = k + 1;
         wrap.appendChild(ranks);
       }
-      const item = el("li", gold.has(cardIndex) ? "cx-card cx-is-gold" : "cx-card");
-      item.append(el("span", "cx-rank-no", String(position + 1)), cardText(cardIndex));
-      if (gold.has(cardIndex)) item.appendChild(el("span", "cx-gold-mark", "gold"));
+      const item = el("li", gold.has(cardId) ? "cx-card cx-is-gold" : "cx-card");
+      item.append(el("span", "cx-rank-no", String(position + 1)), cardText(cardId));
+      if (gold.has(cardId)) item.appendChild(el("span", "cx-gold-mark", "gold"));
       ranks.appendChild(item);
     });
-    if (retrieved.length <= k) {
+    if (retrieved.length <= k && total === retrieved.length) {
       wrap.appendChild(cutoff(`k = ${k} cutoff (${retrieved.length} retrieved)`));
+    } else if (retrieved.length === k) {
+      wrap.appendChild(cutoff(`k = ${k} cutoff`));
+    }
+    if (total > retrieved.length) {
+      // the list stops at the cases table's top_cards depth
+      const where = retrieved.length < k ? ` (the k = ${k} cutoff falls among them)` : "";
+      wrap.appendChild(el("p", "cx-more", `${total - retrieved.length} more cards below rank ${retrieved.length} are not listed${where}.`));
     }
     return wrap;
   }

@@ -7,7 +7,7 @@ probability 0.8 at a geometric rank, and a candidate keeps the reference's ranki
 of the cases. From the ranks come binary hit, precision j/10, reciprocal rank 1/r, recall
 j/n_gold and nDCG — the value sets the metrics really take.
 
-    python benchmarks/statistics.py [--cases N] [--runs R] [--slice-values S] [--frame]
+    python benchmarks/stats_cost.py [--cases N] [--runs R] [--slice-values S] [--frame]
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 import polars as pl
-
 import retrieval_eval.transforms.paired_stats as ps
 
 K = 10
