@@ -20,12 +20,13 @@ class Terminated(BaseException):
     removes its uncommitted files) before the command ends with 143."""
 
 
-# Engines whose Python code is also called from their native code: Polars builds a frame's
-# dtypes by calling Python from Rust, and an exception raised there cannot unwind through
-# Rust (it panics, printing a Rust backtrace). A signal that lands with such a frame on the
-# main thread's stack is raised DEFER_S later, when the thread has left it (at most
-# MAX_DEFERRALS times: then it is raised wherever the thread stands).
-ENGINE_PACKAGES = frozenset({"polars", "pyarrow", "duckdb"})
+# Engines whose Python code is also called from their native code and cannot take an
+# exception there: Polars builds a frame's dtypes by calling Python from Rust, and an
+# exception raised there panics (printing a Rust backtrace). (DuckDB and Arrow turn one into
+# an error of theirs, which `main` reads as the interrupt.) A signal that lands with such a
+# frame on the main thread's stack is raised DEFER_S later, when the thread has left it (at
+# most MAX_DEFERRALS times: then it is raised wherever the thread stands).
+ENGINE_PACKAGES = frozenset({"polars"})
 DEFER_S, MAX_DEFERRALS = 0.02, 100
 _deferrals: list[None] = []
 _raised: list[None] = []  # the interrupt was raised or reported
@@ -33,9 +34,10 @@ _raised: list[None] = []  # the interrupt was raised or reported
 
 def _on_signal(signum, frame) -> None:
     # Raised once: a second signal (or the one an engine delivers again after it stopped its
-    # query) must not cut the cleanup the first one started.
+    # query) must not cut the cleanup the first one started; while the first is deferred, a
+    # second one (or the first, replayed by interrupts_deferred) tries again.
     _received.append(signum)
-    if len(_received) == 1:
+    if not _raised:
         _deliver(frame)
 
 
@@ -576,6 +578,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import_engines()
         return args.handler(args)
     except BaseException as error:
+        signal.setitimer(signal.ITIMER_REAL, 0)  # an interrupt still deferred must not land here
         if _received or isinstance(error, KeyboardInterrupt):
             return _interrupted(_received[0] if _received else signal.SIGINT)
         if isinstance(error, InputError):

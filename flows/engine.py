@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 import duckdb
 import polars as pl
@@ -87,3 +90,17 @@ def write_parquet(
         os.fsync(handle.fileno())
     return PartFile(str(path.relative_to(root)), hashing.size, frame.height, hashing.digest.hexdigest(),
                     path.stat().st_mtime_ns, columns_digest(table.schema))
+
+
+@contextmanager
+def written_aside(path: Path, *, binary: bool = False) -> Iterator[IO]:
+    """A handle on a file beside `path`, moved into place once the block ends well: nothing
+    half-written (an interrupt, a full disk) is ever seen at `path`."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with open(aside, "wb" if binary else "w", encoding=None if binary else "utf-8",
+                  newline=None if binary else "\n") as handle:
+            yield handle
+        os.replace(aside, path)
+    finally:
+        aside.unlink(missing_ok=True)

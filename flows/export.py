@@ -8,7 +8,6 @@ written holding one batch; a file is written aside and moved into place when com
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ import pyarrow.parquet as pq
 from .. import sql
 from ..transforms.errors import InputError
 from ..transforms.trec import trec_eval_q_text, trec_run_text
+from .engine import written_aside
 from .views import naming_damage, open_reader, read_state
 from .warehouse import Warehouse
 
@@ -37,13 +37,8 @@ def _output(out: Path | None, binary: bool) -> Iterator[IO]:
         yield sys.stdout.buffer if binary else sys.stdout
         sys.stdout.flush()
         return
-    aside = out.with_name(f".{out.name}.{os.getpid()}.partial")
-    try:
-        with open(aside, "wb" if binary else "w", encoding=None if binary else "utf-8", newline=None if binary else "\n") as handle:
-            yield handle
-        os.replace(aside, out)
-    finally:
-        aside.unlink(missing_ok=True)
+    with written_aside(out, binary=binary) as handle:
+        yield handle
 
 
 def export_run(warehouse: Warehouse, run_id: str, fmt: str, out: Path | None = None, k: int | None = None) -> int:

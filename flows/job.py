@@ -134,9 +134,10 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
                 Reused(plan.run_id, plan.reuse) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
                 for plan in plans
             ]
-        except Exception:
-            # One step failed while others may still be writing parts: the transaction is
-            # rolled back only once none is, so that no part outlives it.
+        except BaseException:
+            # One step failed (or the command was interrupted) while others may still be
+            # writing parts: the transaction is rolled back only once none is, so that no part
+            # outlives it.
             steps.settle([*ingests.values(), *(handle for handles in evaluated.values() for handle in handles)])
             raise
         commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}

@@ -12,6 +12,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future as ConcurrentFuture
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -160,7 +161,14 @@ class PrefectSteps:
         return gate_task(state, run_id, options)
 
     def settle(self, handles: list[PrefectFuture]) -> None:
-        wait(handles)
+        """Tasks queued on this process's threads are cancelled (they never start); the ones
+        running, and any on Dask (whose cancel does not stop a running task), are waited for."""
+        running = []
+        for handle in handles:
+            wrapped = getattr(handle, "wrapped_future", None)
+            if not (isinstance(wrapped, ConcurrentFuture) and wrapped.cancel()):
+                running.append(handle)
+        wait(running)
 
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
         folder = report.markdown.parent.absolute()

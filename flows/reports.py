@@ -28,7 +28,7 @@ from ..transforms.report import (
 )
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import read_baseline
-from .engine import connect
+from .engine import connect, written_aside
 from .kb import kb_titles, load_kb, unknown_gold_counts
 from .summary import summary_files
 from .views import add_views, naming_damage
@@ -132,9 +132,10 @@ def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, b
         (report_dir / file_name).write_bytes(svg)
     report = replace(report, charts={name: file_name for name, (file_name, _) in images.items()})
     markdown, html = report_dir / "report.md", report_dir / "report.html"
-    markdown.write_text(render_markdown(report), encoding="utf-8")
+    with written_aside(markdown) as handle:
+        handle.write(render_markdown(report))
     script, style = explorer_assets()
     svgs = {file_name: svg for file_name, svg in images.values()}
-    with open(html, "w", encoding="utf-8", newline="\n") as handle:
+    with written_aside(html) as handle:  # its explorer data is made while it is written
         handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style))
     return WrittenReport(report, [markdown, html])

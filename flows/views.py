@@ -22,6 +22,28 @@ from .warehouse import TABLES, PartFile, State, Warehouse, file_digest, union_by
 HEAL = ("re-run `retrieval-eval run` over the run's artifacts to evaluate it again, "
         "or see `retrieval-eval warehouse check`")
 
+# Columns added after the first warehouse format, and what a run committed before them reads
+# as: a run whose folder is no longer in RUNS is never evaluated again, so its parts keep the
+# columns of the version that wrote them. Each: (name, its null, what it is derived from the
+# old columns when they are there (None: nothing), those columns). The case explorer lists no
+# cards for a run without top_cards.
+LATER_COLUMNS: dict[str, tuple[tuple[str, str, str | None, tuple[str, ...]], ...]] = {
+    "runs": (
+        ("created_at_utc", "NULL::TIMESTAMPTZ", "try_cast(created_at AS TIMESTAMPTZ)", ("created_at",)),
+        ("relevance_level", "NULL::BIGINT", "1::BIGINT", ()),  # every run was binary then
+    ),
+    "cases": (
+        ("question", "NULL::VARCHAR", None, ()),
+        ("graded_ranks", "NULL::STRUCT(rank INTEGER, grade BIGINT)[]",
+         "list_transform(relevant_ranks, lambda r: {'rank': r::INTEGER, 'grade': 1::BIGINT})", ("relevant_ranks",)),
+        ("ideal_gains", "NULL::BIGINT[]", "list_transform(range(n_gold), lambda i: 1::BIGINT)", ("n_gold",)),
+        ("top_cards", "NULL::VARCHAR[]", None, ()),
+    ),
+    "case_metrics": (
+        ("gains_at_k", "NULL::STRUCT(rank INTEGER, grade BIGINT)[]", None, ()),
+    ),
+}
+
 
 class DamagedPart(InputError):
     """A committed file is missing or differs from what was committed."""
@@ -95,7 +117,27 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State
             parts = checked_parts(warehouse, state, table, chosen)
             if parts:
                 files = [str(warehouse.root / part.path) for part in parts]
-                con.read_parquet(files, union_by_name=union_by_name(parts)).create_view(table)
+                with_later_columns(con.read_parquet(files, union_by_name=union_by_name(parts)), table).create_view(table)
+
+
+def with_later_columns(relation: duckdb.DuckDBPyRelation, table: str) -> duckdb.DuckDBPyRelation:
+    """`relation` (a table's parts) with every column of LATER_COLUMNS: one no part has is
+    added, derived when its sources are there, else null; one that only newer parts have
+    (null in the rows of older runs) is filled where null, when it can be derived."""
+    present = set(relation.columns)
+    derived = {name: derivation for name, _, derivation, sources in LATER_COLUMNS.get(table, ())
+               if derivation is not None and present.issuperset(sources)}
+    added = [(name, derived.get(name, null)) for name, null, _, _ in LATER_COLUMNS.get(table, ()) if name not in present]
+    filled = [name for name in relation.columns if name in derived]
+    if not added and not filled:
+        return relation
+    columns = [
+        duckdb.CoalesceOperator(duckdb.ColumnExpression(name), duckdb.SQLExpression(derived[name])).alias(name)
+        if name in derived else duckdb.ColumnExpression(name)
+        for name in relation.columns
+    ]
+    columns += [duckdb.SQLExpression(expression).alias(name) for name, expression in added]
+    return relation.select(*columns)
 
 
 def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Iterable[str] | None = None,

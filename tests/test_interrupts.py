@@ -91,3 +91,32 @@ def test_a_signal_never_waits_for_engine_code_forever(monkeypatch):
         cli._on_alarm(signal.SIGALRM, frame)
     with pytest.raises(cli.Terminated):
         cli._on_alarm(signal.SIGALRM, frame)
+
+
+def test_an_interrupt_deferred_then_met_again_inside_a_commit_is_raised_after_the_commit(monkeypatch):
+    """Ctrl-C lands in engine code (deferred), the commit starts (interrupts deferred there),
+    Ctrl-C comes again: once the commit is whole, the interrupt is raised, not lost."""
+    import os
+
+    from retrieval_eval.flows import cli
+    from retrieval_eval.flows.interrupts import interrupts_deferred
+
+    for name in ("_received", "_raised", "_deferrals"):
+        monkeypatch.setattr(cli, name, [])
+    monkeypatch.setattr(signal, "setitimer", lambda which, seconds: None)
+    in_engine = eval("__import__('sys')._getframe()", {"__name__": "polars.dataframe.frame"})
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGALRM)}
+    signal.signal(signal.SIGINT, cli._on_signal)
+    signal.signal(signal.SIGALRM, cli._on_alarm)
+    committed = False
+    try:
+        cli._on_signal(signal.SIGINT, in_engine)  # deferred
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler runs here: it only notes the signal
+                committed = True
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    assert committed and len(cli._raised) == 1

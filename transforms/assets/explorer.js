@@ -291,7 +291,9 @@
   function rankedCards(retrieved, total, gold) {
     const wrap = el("div", "cx-ranked");
     if (!retrieved.length) {
-      wrap.appendChild(el("p", "cx-empty", "Nothing retrieved."));
+      // a run evaluated before the warehouse kept each case's cards lists none of them
+      const text = total ? `${total} cards retrieved; the version that evaluated this run did not keep them (the retrieved view has them).` : "Nothing retrieved.";
+      wrap.appendChild(el("p", "cx-empty", text));
       return wrap;
     }
     let ranks = el("ol", "cx-cards");
