@@ -117,23 +117,25 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State
             parts = checked_parts(warehouse, state, table, chosen)
             if parts:
                 files = [str(warehouse.root / part.path) for part in parts]
-                with_later_columns(con.read_parquet(files, union_by_name=union_by_name(parts)), table).create_view(table)
+                mixed = union_by_name(parts)
+                with_later_columns(con.read_parquet(files, union_by_name=mixed), table, mixed=mixed).create_view(table)
 
 
-def with_later_columns(relation: duckdb.DuckDBPyRelation, table: str) -> duckdb.DuckDBPyRelation:
+def with_later_columns(relation: duckdb.DuckDBPyRelation, table: str, *, mixed: bool) -> duckdb.DuckDBPyRelation:
     """`relation` (a table's parts) with every column of LATER_COLUMNS: one no part has is
-    added, derived when its sources are there, else null; one that only newer parts have
-    (null in the rows of older runs) is filled where null, when it can be derived."""
+    added, derived when its sources are there, else null. When the parts' columns differ
+    (`mixed`), one that only newer parts have (null in the rows of older runs) is filled
+    where null, when it can be derived; parts of one schema are read as they are."""
     present = set(relation.columns)
     derived = {name: derivation for name, _, derivation, sources in LATER_COLUMNS.get(table, ())
                if derivation is not None and present.issuperset(sources)}
     added = [(name, derived.get(name, null)) for name, null, _, _ in LATER_COLUMNS.get(table, ()) if name not in present]
-    filled = [name for name in relation.columns if name in derived]
+    filled = [name for name in relation.columns if name in derived] if mixed else []
     if not added and not filled:
         return relation
     columns = [
         duckdb.CoalesceOperator(duckdb.ColumnExpression(name), duckdb.SQLExpression(derived[name])).alias(name)
-        if name in derived else duckdb.ColumnExpression(name)
+        if name in filled else duckdb.ColumnExpression(name)
         for name in relation.columns
     ]
     columns += [duckdb.SQLExpression(expression).alias(name) for name, expression in added]

@@ -227,7 +227,7 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
 
     con = connect()
     old_runs = pl.DataFrame({"run_id": ["old"], "created_at": ["2026-11-02T02:00:00+05:00"]})
-    [row] = with_later_columns(con.from_arrow(old_runs.to_arrow()), "runs").pl().to_dicts()
+    [row] = with_later_columns(con.from_arrow(old_runs.to_arrow()), "runs", mixed=False).pl().to_dicts()
     assert row["created_at_utc"] == datetime(2026, 11, 1, 21, tzinfo=timezone.utc) and row["relevance_level"] == 1
     # Old and new parts in one view: the old run's rows are null in the new columns, filled.
     mixed = pl.DataFrame({
@@ -235,16 +235,18 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
         "created_at_utc": pl.Series([None, "2026-11-09T02:00:00"]).str.to_datetime().dt.replace_time_zone("UTC"),
         "relevance_level": [None, 2],
     })
-    rows = with_later_columns(con.from_arrow(mixed.to_arrow()), "runs").pl()
+    rows = with_later_columns(con.from_arrow(mixed.to_arrow()), "runs", mixed=True).pl()
     assert rows["relevance_level"].to_list() == [1, 2]
     assert rows["created_at_utc"].to_list() == [datetime(2026, 11, 2, 2, tzinfo=timezone.utc),
                                                  datetime(2026, 11, 9, 2, tzinfo=timezone.utc)]
     old_cases = pl.DataFrame({"run_id": ["old"], "case_id": ["a"], "n_gold": [2], "relevant_ranks": [[2]]})
-    [case] = with_later_columns(con.from_arrow(old_cases.to_arrow()), "cases").pl().to_dicts()
+    [case] = with_later_columns(con.from_arrow(old_cases.to_arrow()), "cases", mixed=False).pl().to_dicts()
     assert (case["graded_ranks"], case["ideal_gains"], case["question"], case["top_cards"]) == (
         [{"rank": 2, "grade": 1}], [1, 1], None, None)
     current = con.from_arrow(mixed.to_arrow()).select("run_id")  # a table with nothing later
-    assert with_later_columns(current, "aggregates").columns == ["run_id"]
+    assert with_later_columns(current, "aggregates", mixed=True).columns == ["run_id"]
+    same_schema = con.from_arrow(mixed.to_arrow())  # parts of one schema: read as they are
+    assert with_later_columns(same_schema, "runs", mixed=False) is same_schema
 
 
 def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
@@ -253,5 +255,5 @@ def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
 
     con = connect()
     bare = pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]})  # no created_at to derive from
-    [row] = with_later_columns(con.from_arrow(bare.to_arrow()), "runs").pl().to_dicts()
+    [row] = with_later_columns(con.from_arrow(bare.to_arrow()), "runs", mixed=False).pl().to_dicts()
     assert row == {"run_id": "old-run", "n_cases": 3, "created_at_utc": None, "relevance_level": 1}
