@@ -225,9 +225,8 @@ def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl
         previous = previous.join(newest.select("case_id"), on="case_id", how="semi")
     hit = pl.col("hit_at_k").cast(pl.Int8).alias("hit")
     no_ids = pl.lit([], dtype=pl.List(pl.String))
-    question = pl.col("question") if "question" in newest.columns else pl.lit(None, dtype=pl.String).alias("question")
     shown = pl.col("cards").fill_null(no_ids)
-    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", question,
+    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", "question",
                           pl.col("gold").fill_null(no_ids), shown.alias("retrieved"), "n_cards")
     if flips is not None:
         flip = pl.concat_str(pl.col("from"), pl.lit("-"), pl.col("to")).alias("flip")
