@@ -122,7 +122,7 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
         with connect() as con:
             for batch in ingest.batches():
                 retrieved = retrieved_items(batch.frame, run_id)
-                evaluated[(batch.attempt, batch.index)] = evaluate_cases(batch.frame, retrieved, run_id, ks, con)
+                evaluated[(batch.attempt, batch.index)] = evaluate_cases(batch.frame, retrieved, run_id, k, ks, con)
     account = ingest.account
     rejects = [Reject(name, r.line, r.reason, r.raw) for r in account.rejects]
     if account.refused:

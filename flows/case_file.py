@@ -69,22 +69,29 @@ class FileFacts:
         return self.json_only and n_records == self.lines == self.object_lines
 
 
-def _complete_prefix(data: bytes) -> int:
+def _character_bytes(first: int) -> int:
+    """How many bytes the UTF-8 character opening with byte `first` takes (4 for a byte that
+    opens none: the validation then refuses it)."""
+    return 1 if first < 0x80 else 2 if first >> 5 == 0b110 else 3 if first >> 4 == 0b1110 else 4
+
+
+def _complete_prefix(data: bytes | memoryview) -> int:
     """Where a character cut off by the end of `data` starts (len(data) when none is)."""
     n = len(data)
     for back in range(1, min(4, n) + 1):
         byte = data[n - back]
         if byte & 0xC0 != 0x80:  # ASCII or the first byte of a character
-            needed = 1 if byte < 0x80 else 2 if byte >> 5 == 0b110 else 3 if byte >> 4 == 0b1110 else 4
-            return n - back if needed > back else n
+            return n - back if _character_bytes(byte) > back else n
     return n
 
 
-def _valid_utf8(data: bytes) -> bool:
-    """Arrow's UTF-8 validation (vectorised, without the GIL) of whole characters."""
+def _valid_utf8(data: bytes | memoryview) -> bool:
+    """Arrow's UTF-8 validation (vectorised, without the GIL) of whole characters, on the
+    bytes in place (a full validation of a one-string array: no copy, and no import of
+    pyarrow.compute, which a cast would cost every command that reads a file: 0.1 s)."""
     offsets = pa.py_buffer(b"\x00\x00\x00\x00" + len(data).to_bytes(4, "little"))
     try:
-        pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)]).cast(pa.string())
+        pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
     except pa.ArrowInvalid:
         return False
     return True
@@ -107,32 +114,45 @@ def _holds_token(data: np.ndarray, tokens: tuple[bytes, ...]) -> bool:
 
 class _Scan:
     """Line starts, those at a '{', non-JSON number tokens and UTF-8 validity over a file's
-    blocks in order."""
+    blocks in order. Each block is looked at in place (a copy of every block costs more than
+    the counting); only the few bytes around a block's edges are joined to the next."""
 
     def __init__(self) -> None:
         self.lines = self.object_lines = 0
         self.json_only = True
         self._at_line_start = True
-        self._tail = b""
-        self._cut_character = b""
+        self._tail = b""  # the last TOKEN_OVERLAP bytes before this block
+        self._cut_character = b""  # the start of a character the last block cut off
 
     def update(self, block: bytes) -> None:
         if not block:
             return
         data = np.frombuffer(block, dtype=np.uint8)
-        starts = np.flatnonzero(data[:-1] == NEWLINE) + 1  # lines that start inside this block
-        self.lines += int(self._at_line_start) + len(starts)
+        newline = data[:-1] == NEWLINE  # a line starts after each, inside this block
+        self.lines += int(self._at_line_start) + int(np.count_nonzero(newline))
         self.object_lines += int(self._at_line_start and data[0] == OPEN_BRACE)
-        self.object_lines += int(np.count_nonzero(data[starts] == OPEN_BRACE))
+        self.object_lines += int(np.count_nonzero(newline & (data[1:] == OPEN_BRACE)))
         self._at_line_start = bool(data[-1] == NEWLINE)
         if self.json_only:
-            self.json_only = not _holds_token(np.frombuffer(self._tail + block, dtype=np.uint8), NON_JSON_NUMBERS)
-            self._tail = block[-TOKEN_OVERLAP:]
+            junction = np.frombuffer(self._tail + block[:TOKEN_OVERLAP], dtype=np.uint8)
+            self.json_only = not (_holds_token(junction, NON_JSON_NUMBERS) or _holds_token(data, NON_JSON_NUMBERS))
+            self._tail = (self._tail + block)[-TOKEN_OVERLAP:] if len(block) < TOKEN_OVERLAP else block[-TOKEN_OVERLAP:]
         if self.json_only and (self._cut_character or not block.isascii()):
-            text = self._cut_character + block
-            cut = _complete_prefix(text)
-            self.json_only = _valid_utf8(text[:cut])
-            self._cut_character = text[cut:]
+            self._check_utf8(memoryview(block))
+
+    def _check_utf8(self, block: memoryview) -> None:
+        start = 0
+        if self._cut_character:  # complete the character the last block cut off, and check it
+            start = min(_character_bytes(self._cut_character[0]) - len(self._cut_character), len(block))
+            self._cut_character += block[:start]
+            if len(self._cut_character) < _character_bytes(self._cut_character[0]):
+                return  # a block shorter than the rest of the character
+            self.json_only = _valid_utf8(self._cut_character)
+            self._cut_character = b""
+        rest = block[start:]
+        cut = _complete_prefix(rest)
+        self.json_only = self.json_only and _valid_utf8(rest[:cut])
+        self._cut_character = bytes(rest[cut:])
 
     def finish(self) -> None:
         if self._cut_character:  # a character cut off by the end of the file

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 import duckdb
 import polars as pl
@@ -21,6 +23,9 @@ from .warehouse import PartFile, columns_digest
 THREADS_ENV = "RETRIEVAL_EVAL_THREADS"
 MEMORY_ENV = "RETRIEVAL_EVAL_MEMORY_LIMIT"
 DEFAULT_MEMORY_LIMIT = "1500MB"
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 
 def connect(spill_dir: Path | None = None) -> duckdb.DuckDBPyConnection:
@@ -104,3 +109,21 @@ def written_aside(path: Path, *, binary: bool = False) -> Iterator[IO]:
         os.replace(aside, path)
     finally:
         aside.unlink(missing_ok=True)
+
+
+def ordered_map(fn: Callable[[In], Out], items: Iterable[In], *, workers: int = 2) -> Iterator[Out]:
+    """`map(fn, items)` on `workers` threads, in order, at most `workers` + 1 results made
+    ahead of the one taken (the report's explorer JSON: Polars writes each chunk without the
+    GIL while the one before is written to the file). Stopping early cancels what is queued."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ordered-map") as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()

@@ -91,7 +91,7 @@ def evaluate_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int
             write_parquet, retrieved.drop("case_no"), txn.new_part("retrieved", run_id), txn.root,
             compression="lz4", statistics=False, dictionary=["run_id", "case_id"],
         )
-        evaluated = evaluate_cases(staged, retrieved, run_id, plan.ks, con)
+        evaluated = evaluate_cases(staged, retrieved, run_id, plan.headline_k, plan.ks, con)
         parts = {
             "cases": write_parquet(evaluated.cases, txn.new_part("cases", run_id), txn.root, compression="lz4"),
             "case_metrics": write_parquet(evaluated.case_metrics, txn.new_part("case_metrics", run_id), txn.root),

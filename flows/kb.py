@@ -47,7 +47,7 @@ def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:
 
 def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
     """Per run of `run_ids`, the effective gold ids that are not KB cards (run_id, n_ids,
-    n_cases); `con` has the `cases` view and kb_cards (`load_kb`)."""
+    n_cases, ids); `con` has the `cases` view and kb_cards (`load_kb`)."""
     return con.sql(sql.load("kb_unknown_gold"), params={"ids": run_ids}).pl()
 
 

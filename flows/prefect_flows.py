@@ -44,10 +44,10 @@ from .plan import RunPlan
 from .prefect_settings import (
     CRASH_AFTER_S,
     HEARTBEAT_S,
+    api_for_run,
     check_workers,
     configured,
     crash_stale_runs,
-    ensure_api,
     ensure_crash_automation,
 )
 from .reports import ReportOptions, WrittenReport, write_report
@@ -307,7 +307,9 @@ def worker_spawn_environment(task_runner: str, dask_address: str | None, api_url
 def dask_worker_env(api_url: str | None) -> dict[str, str]:
     env = dict(DASK_WORKER_ENV)
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    env["PREFECT_LOGGING_LEVEL"] = os.environ.get("PREFECT_LOGGING_LEVEL", "WARNING")
+    # As quiet as the driver (flows/prefect_settings.py `configured`): nothing from Prefect
+    # unless the user chose a level, so a failed task is the command's one line, not two.
+    env["PREFECT_LOGGING_LEVEL"] = os.environ.get("PREFECT_LOGGING_LEVEL", "CRITICAL")
     env["DASK_LOGGING__DISTRIBUTED"] = os.environ.get("DASK_LOGGING__DISTRIBUTED", "error")
     if api_url:
         env["PREFECT_API_URL"] = api_url
@@ -334,8 +336,8 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     import httpx
 
     resolve_kb(options.kb)  # a --kb that does not exist is refused before a server starts
-    with configured():
-        api_url = ensure_api(dask=task_runner == "dask" or dask_address is not None, dask_address=dask_address)
+    dask = task_runner == "dask" or dask_address is not None
+    with configured(), api_for_run(dask=dask, dask_address=dask_address) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
         try:
             with worker_spawn_environment(task_runner, dask_address, api_url):
@@ -365,9 +367,8 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
 
     options = options or JobOptions()
     os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
-    with configured(served=True):
-        api_url = ensure_api(dask=task_runner == "dask" or dask_address is not None, dask_address=dask_address,
-                             start=True)
+    dask = task_runner == "dask" or dask_address is not None
+    with configured(served=True), api_for_run(dask=dask, dask_address=dask_address, start=True) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
         deployment = evaluate_flow.with_options(task_runner=runner).to_deployment(
             name=DEPLOYMENT_NAME,

@@ -19,7 +19,8 @@ EPHEMERAL_STARTUP_TIMEOUT_S = 90
 HEALTH_TIMEOUT_S = 3.0
 HEARTBEAT_S = 30  # Prefect's least; each costs nothing measurable, but ~1 s when a flow run ends
 CRASH_AFTER_S = 90  # a flow run silent this long (its heartbeats stopped) is marked Crashed
-EVENTS_RECONNECTIONS = 2  # Prefect's events client tries 10 times per event (~7 s each) otherwise
+EVENTS_RECONNECTIONS = 2
+SERVICE_DRAIN_S = 5  # at most this long to send a run's last logs and events to its temporary server  # Prefect's events client tries 10 times per event (~7 s each) otherwise
 CRASH_AUTOMATION = "retrieval-eval-crash-silent-flow-runs"
 # Set in the command's environment (flows/cli.py) before Prefect is imported, since Prefect's
 # telemetry and its worker processes read the environment, not temporary settings.
@@ -120,10 +121,13 @@ def configured(*, served: bool = False) -> Iterator[None]:
             item.setLevel(level)
 
 
-def ensure_api(*, dask: bool, dask_address: str | None = None, start: bool = False) -> str | None:
+@contextmanager
+def api_for_run(*, dask: bool, dask_address: str | None = None, start: bool = False) -> Iterator[str | None]:
     """The Prefect API the flow run reports to, checked before any work. Without one, the
     temporary server is started here when worker processes must be pointed at it (local Dask)
-    or when `start` asks (serving); otherwise Prefect starts it on first use. Workers of an
+    or when `start` asks (serving), and stopped when the block ends (inside `configured`: its
+    goodbye is as quiet as the rest of Prefect's output; left to Prefect's exit hook, it printed
+    an INFO line after every such run); otherwise Prefect starts it on first use. Workers of an
     existing Dask cluster must report to this process's API: without one, that is refused."""
     from prefect.settings import (
         PREFECT_API_URL,
@@ -134,19 +138,30 @@ def ensure_api(*, dask: bool, dask_address: str | None = None, start: bool = Fal
     url = PREFECT_API_URL.value()
     if url:
         check_api(url)
-        return url
+        yield url
+        return
     if dask_address is not None:
         raise InputError(
             f"--dask-address {dask_address}: its workers must report to a Prefect server this process "
             "reports to too; start one (`prefect server start`) and set PREFECT_API_URL here and on the workers"
         )
     if not (dask or start) or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        return None
+        yield None
+        return
     from prefect.server.api.server import SubprocessASGIServer
 
     server = SubprocessASGIServer()
-    server.start(timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-    return server.api_url
+    try:
+        server.start(timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+        yield server.api_url
+    finally:
+        # The run's last logs and events are sent before their server goes.
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        for service in (APILogWorker, EventsWorker):
+            service.drain_all(timeout=SERVICE_DRAIN_S)
+        server.stop()
 
 
 def check_workers(client, api_url: str | None) -> None:

@@ -28,7 +28,7 @@ from ..transforms.report import (
 )
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import read_baseline
-from .engine import connect, written_aside
+from .engine import connect, ordered_map, written_aside
 from .kb import kb_titles, load_kb, unknown_gold_counts
 from .summary import summary_files
 from .views import add_views, naming_damage
@@ -95,16 +95,14 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         return Report(runs_table(runs, aggregates), aggregates, None, None, None, *diagnostics(cases))
     newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
     previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
-    unknown = None if not kb else {
-        card for card in cases["gold"].explode().drop_nulls().unique().to_list() if card not in titles
-    }
+    unknown_ids = None if unknown is None else set(unknown["ids"].explode().drop_nulls().to_list())
     against_previous = None if previous_cases is None else changes(
         newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
-        k=newest.headline_k, unknown_gold=unknown)
+        k=newest.headline_k, unknown_gold=unknown_ids)
     change = against_previous
     if baseline is not None and baseline["k"] == newest.headline_k:  # else the run before
         change = changes(newest_cases, snapshot_case_metrics(baseline), run_id=newest.run_id,
-                         reference=f"baseline {baseline['run_id']}", k=baseline["k"], unknown_gold=unknown)
+                         reference=f"baseline {baseline['run_id']}", k=baseline["k"], unknown_gold=unknown_ids)
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
                              titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None,
                              k=newest.headline_k)
@@ -137,5 +135,5 @@ def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, b
     script, style = explorer_assets()
     svgs = {file_name: svg for file_name, svg in images.values()}
     with written_aside(html) as handle:  # its explorer data is made while it is written
-        handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style))
+        handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style, map_chunks=ordered_map))
     return WrittenReport(report, [markdown, html])

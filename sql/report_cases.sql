@@ -4,9 +4,10 @@
 -- whichever is deeper (`cards`, cut from the cases table's top_cards, at most 50: the case
 -- explorer's evidence of a hit or a miss); n_cards counts every distinct card it retrieved.
 -- Reads: case_metrics, cases, runs. Parameters: $ids. Grain: (run_id, case_id).
--- Columns: every column of `case_metrics`, gold, question, n_retrieved, cards, n_cards
+-- Columns: every column of `case_metrics` but gains_at_k (nothing in the report reads it: a
+-- nested list per row, a fifth of this read at 100k cases), gold, question, n_retrieved, cards, n_cards
 with at_headline as (
-    select case_metrics.*
+    select case_metrics.* exclude (gains_at_k)
     from case_metrics
     join runs using (run_id)
     where list_contains($ids, run_id) and case_metrics.k = runs.headline_k

@@ -97,3 +97,36 @@ def test_the_token_search_finds_what_a_substring_search_finds(pieces):
     data = b"".join(pieces)
     expected = any(token in data for token in NON_JSON_NUMBERS)
     assert _holds_token(np.frombuffer(data, dtype=np.uint8), NON_JSON_NUMBERS) is expected
+
+
+def _facts_by_hand(data: bytes) -> tuple[int, int, bool]:
+    """Lines, lines opening with '{', and whether the bytes are JSON text as far as the scan
+    looks (valid UTF-8, no NaN / Infinity token), worked out on the whole bytes at once."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()  # the text after a final newline is not a line
+    try:
+        data.decode("utf-8")
+        utf8 = True
+    except UnicodeDecodeError:
+        utf8 = False
+    tokens = any(token in data for token in (b"NaN", b"Infinity"))
+    return len(lines), sum(line.startswith(b"{") for line in lines), utf8 and not tokens
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"{", b"}", b"\n", b"a", b" ", b"NaN", b"Na", b"Infinity", b"Infin", b"ity",
+                              "é".encode(), "€".encode(), "😀".encode(), b"\xff", b"\xc3", b"\x80", b"\xed\xa0\x80"]),
+             max_size=20),
+    st.integers(min_value=1, max_value=12),
+)
+def test_the_scan_of_a_file_in_blocks_agrees_with_the_whole_bytes(pieces, block_bytes):
+    from retrieval_eval.flows.case_file import _Scan
+
+    data = b"".join(pieces)
+    scan = _Scan()
+    for start in range(0, len(data), block_bytes):
+        scan.update(data[start:start + block_bytes])
+    scan.finish()
+    assert (scan.lines, scan.object_lines, scan.json_only) == _facts_by_hand(data)

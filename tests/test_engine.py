@@ -1,5 +1,10 @@
 """engine.write_parquet: every column type the warehouse writes comes back as it went in, and
-the record it returns (size, rows, BLAKE3) is the file's."""
+the record it returns (size, rows, BLAKE3) is the file's. engine.ordered_map: map's results,
+in order, made on threads a bounded number ahead."""
+
+import random
+import threading
+import time
 
 import polars as pl
 from blake3 import blake3
@@ -23,3 +28,31 @@ def test_parquet_round_trip_of_flat_and_nested_strings(tmp_path):
         assert pl.read_parquet(path).equals(frame)
         assert part.path == name and part.rows == 3
         assert part.bytes == path.stat().st_size and part.blake3 == blake3(path.read_bytes()).hexdigest()
+
+
+def test_ordered_map_gives_maps_results_in_order_a_bounded_number_ahead():
+    started, lock = [], threading.Lock()
+
+    def slow_square(n):
+        with lock:
+            started.append(n)
+        time.sleep(random.uniform(0, 0.005))  # later items often finish first
+        return n * n
+
+    taken = []
+    for result in engine.ordered_map(slow_square, range(40), workers=2):
+        taken.append(result)
+        with lock:
+            assert len(started) <= len(taken) + 2  # made ahead: at most workers + 1, this one included
+    assert taken == [n * n for n in range(40)]
+    assert list(engine.ordered_map(slow_square, [], workers=2)) == []
+
+
+def test_ordered_map_stopped_early_runs_nothing_more():
+    calls = []
+    results = engine.ordered_map(calls.append, range(100), workers=2)
+    next(results)
+    results.close()  # the reader stopped (an error while writing the file)
+    made = len(calls)
+    time.sleep(0.05)
+    assert made == len(calls) <= 4

@@ -54,13 +54,21 @@ def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(evaluate_cases):
 
 
 def test_cases_keep_their_first_distinct_cards_in_rank_order(evaluate_cases):
-    # 60 distinct cards c00..c59, each as two sibling chunks: the case keeps c00..c49 (TOP_CARDS
-    # = 50, transforms/rankings.py) in rank order, and n_cards counts all 60.
+    # 60 distinct cards c00..c59, each as two sibling chunks, gold c55 at distinct rank 56: the
+    # case keeps c00..c49 (TOP_CARDS = 50, transforms/rankings.py) in rank order, and n_cards
+    # counts all 60. A case keeps its cards down to the headline k (4) or to its first gold
+    # card, whichever is deeper: ten cards with gold at rank 7 keep 7, with no gold retrieved 4.
     retrieved = [chunk(f"c{i:02d}::{part}", f"c{i:02d}") for i in range(60) for part in (0, 1)]
-    wh = evaluate_cases([case("deep", retrieved, ["c55"]), case("short", [chunk("b::1", "b"), chunk("a")], ["a"])])
+    ten = [chunk(f"c{i:02d}") for i in range(10)]
+    wh = evaluate_cases([case("deep", retrieved, ["c55"]), case("short", [chunk("b::1", "b"), chunk("a")], ["a"]),
+                         case("gold-at-7", ten, ["c06"]), case("gold-missed", ten, ["x"]),
+                         case("gold-at-2", ten, ["c01", "c08"])], k=4)
     rows = {row["case_id"]: row for row in wh.view("cases").iter_rows(named=True)}
     assert rows["deep"]["top_cards"] == [f"c{i:02d}" for i in range(50)] and rows["deep"]["n_cards"] == 60
     assert rows["short"]["top_cards"] == ["b", "a"] and rows["short"]["n_cards"] == 2
+    assert rows["gold-at-7"]["top_cards"] == [f"c{i:02d}" for i in range(7)] and rows["gold-at-7"]["n_cards"] == 10
+    assert rows["gold-missed"]["top_cards"] == [f"c{i:02d}" for i in range(4)]
+    assert rows["gold-at-2"]["top_cards"] == [f"c{i:02d}" for i in range(4)]
 
 
 def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(evaluate_cases):

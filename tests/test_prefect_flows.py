@@ -140,14 +140,29 @@ def test_dask_workers_get_one_engine_thread_each_and_the_drivers_api():
     assert kwargs["env"]["DO_NOT_TRACK"] == "1"
 
 
-def test_a_successful_dask_run_prints_no_traceback(prefect_server, tmp_path):
+@pytest.mark.parametrize("server", ["given", "temporary"])
+def test_a_successful_dask_run_prints_no_traceback(prefect_server, tmp_path, server):
+    # "temporary": no PREFECT_API_URL, so the command starts a server for its workers and stops
+    # it when the run ends (left to Prefect's exit hook, that printed an INFO line).
     options = sample_options(tmp_path)
     process = command("run", str(options.runs), "--warehouse", str(options.warehouse), "--report-dir",
-                      str(options.report_dir), "--task-runner", "dask", api_url=prefect_server)
+                      str(options.report_dir), "--task-runner", "dask",
+                      api_url=prefect_server if server == "given" else None)
     stdout, stderr = process.communicate(timeout=600)
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "INFO" not in stderr, stderr
     assert "What changed" in stdout
+
+
+def test_bad_input_met_on_a_dask_worker_is_the_commands_one_line(prefect_server, tmp_path):
+    options = sample_options(tmp_path, run_ids=RUN_IDS[-1:])
+    cases_file = options.runs / RUN_IDS[-1] / "cases.jsonl"
+    cases_file.write_text("\n\n")  # blank lines only: staging, on a worker, finds no record
+    process = command("run", str(options.runs), "--warehouse", str(options.warehouse), "--report-dir",
+                      str(options.report_dir), "--task-runner", "dask", api_url=prefect_server)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 2
+    assert stderr.splitlines() == [f"retrieval-eval: {cases_file}: holds no records"], stderr
 
 
 def kill_a_worker_once_partitions_are_staged(warehouse: Path, killed: list[int]) -> None:

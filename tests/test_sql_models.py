@@ -114,6 +114,7 @@ def test_report_cases_at_the_headline_k_with_the_cases_top_cards(warehouse_views
     con.register("case_metrics", pl.DataFrame({
         "run_id": ["new", "new", "new", "new", "old"], "case_id": ["a", "a", "b", "c", "a"], "k": [4, 1, 4, 4, 2],
         "hit_at_k": [1.0, 0.0, 0.0, 0.0, 1.0], "first_relevant_rank": [2, 2, 6, None, 1],
+        "gains_at_k": [[{"rank": 2, "grade": 1}], [], [], [], [{"rank": 1, "grade": 1}]],
     }))
     seven = [f"P{rank}" for rank in range(1, 8)]
     con.register("cases", pl.DataFrame({
@@ -125,6 +126,7 @@ def test_report_cases_at_the_headline_k_with_the_cases_top_cards(warehouse_views
     rows = {r["case_id"]: r for r in run(con, "report_cases", ids=["new"])}
     assert (rows["a"]["k"], rows["a"]["gold"], rows["a"]["question"], rows["a"]["n_retrieved"], rows["a"]["n_cards"]) == (
         4, ["X", "Y"], "q?", 9, 5)
+    assert "gains_at_k" not in rows["a"]  # nothing in the report reads it
     # the cards down to k = 4, or down to the first gold card when that is deeper
     assert {case_id: row["cards"] for case_id, row in rows.items()} == {
         "a": ["Z", "Y", "W", "V"], "b": seven[:6], "c": seven[:4]}
@@ -138,7 +140,8 @@ def test_case_metrics_with_gold_at_k(warehouse_views):
 def test_kb_unknown_gold_counts_ids_and_cases(warehouse_views):
     assert run(warehouse_views, "kb_unknown_gold", "unknown", ids=["new", "old"]) == [
         {"run_id": "new", "case_id": "a", "field": "must_cite_one_of", "gold_id": "Y"}]
-    assert run(warehouse_views, "kb_unknown_gold", ids=["new", "old"]) == [{"run_id": "new", "n_ids": 1, "n_cases": 1}]
+    assert run(warehouse_views, "kb_unknown_gold", ids=["new", "old"]) == [
+        {"run_id": "new", "n_ids": 1, "n_cases": 1, "ids": ["Y"]}]
 
 
 def test_gold_ids_and_kb_cards_read_their_files(tmp_path):

@@ -33,7 +33,7 @@ gold changed. TOP_CARDS is transforms/rankings.py's.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from html import escape
 from itertools import chain
 
@@ -68,21 +68,28 @@ def embedded_json(value) -> str:
 
 
 def script_safe(text: str) -> str:
-    """JSON text made safe as a <script> element's text (see `embedded_json`)."""
-    return (
-        text.replace("<!--", "\\u003c!--")
-        .replace("</", "<\\/")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
+    """JSON text made safe as a <script> element's text (see `embedded_json`). Tens of MB at
+    100k cases: the replacements run only when there is something to replace (a text without
+    "<" holds neither sequence; an ASCII text holds neither separator)."""
+    if "<" in text:
+        text = text.replace("<!--", "\\u003c!--").replace("</", "<\\/")
+    if not text.isascii():
+        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text
 
 
-def explorer_section(cases: pl.DataFrame, meta: dict, *, script: str, style: str) -> Iterator[str]:
+# How the chunks of the cases' JSON are made: `map` itself, or any function of its shape that
+# gives the results in order (the report's writer makes them on threads, flows/engine.py).
+ChunkMap = Callable[[Callable[[int], str], Iterable[int]], Iterable[str]]
+
+
+def explorer_section(cases: pl.DataFrame, meta: dict, *, script: str, style: str,
+                     map_chunks: ChunkMap = map) -> Iterator[str]:
     """The explorer as HTML fragments, in order: heading, filters, list, data, style and
     script. `cases` has one row per case with the keys of the data shape above as columns;
     it is written as a JSON array of objects by Polars, CASES_PER_CHUNK cases at a time when
     the fragments are taken (tens of MB at 100k cases, hundreds at a million: never held
-    whole, never copied again)."""
+    whole, never copied again), each chunk made by `map_chunks`."""
     for name, text, end_tag in (("script", script, "</script"), ("style", style, "</style")):
         if end_tag in text.lower():
             raise ValueError(f"the explorer's {name} must not contain {end_tag}")
@@ -122,16 +129,19 @@ def explorer_section(cases: pl.DataFrame, meta: dict, *, script: str, style: str
         f"<script>{script}</script>",
         "</section>",
     ]
-    return chain(["\n".join(parts)], _cases_json(cases), ["\n".join(tail) + "\n"])
+    return chain(["\n".join(parts)], _cases_json(cases, map_chunks), ["\n".join(tail) + "\n"])
 
 
-def _cases_json(cases: pl.DataFrame) -> Iterator[str]:
+def _cases_json(cases: pl.DataFrame, map_chunks: ChunkMap = map) -> Iterator[str]:
     """The JSON array of `cases`, in chunks; each chunk is whole objects, so no "</" or
     "<!--" can straddle two chunks and each is made script-safe alone."""
+
+    def objects(start: int) -> str:
+        return script_safe(cases.slice(start, CASES_PER_CHUNK).write_json()[1:-1])
+
     yield "["
-    for start in range(0, cases.height, CASES_PER_CHUNK):
-        objects = cases.slice(start, CASES_PER_CHUNK).write_json()[1:-1]
-        yield ("," if start else "") + script_safe(objects)
+    for number, chunk in enumerate(map_chunks(objects, range(0, cases.height, CASES_PER_CHUNK))):
+        yield ("," if number else "") + chunk
     yield "]"
 
 

@@ -55,12 +55,14 @@ def evaluate_cases(
     staged: pl.DataFrame,
     retrieved: pl.DataFrame,
     run_id: str,
+    headline_k: int,
     ks: list[int],
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> EvaluatedCases:
     """The `cases` rows of staged cases (their `retrieved` rows made by
-    transforms/rankings.py `retrieved_items`), their metrics at each k and partial sums."""
-    cases = case_rows(staged, retrieved, run_id)
+    transforms/rankings.py `retrieved_items`), their metrics at each k of `ks` (the headline
+    k among them) and partial sums."""
+    cases = case_rows(staged, retrieved, run_id, headline_k)
     metrics = case_metrics(cases, ks, con)
     return EvaluatedCases(cases, metrics, slice_partials(metrics), case_counts(cases))
 

@@ -18,9 +18,10 @@ CASES_COLUMNS = [
     "run_id", "case_id", "locale", "category", "question", "n_gold", "n_retrieved", "n_cards",
     "gold_source", "gold", "relevant_ranks", "graded_ranks", "ideal_gains", "top_cards",
 ]
-# `top_cards` keeps a case's first distinct cards, in rank order, up to this rank: what the
-# report's case explorer lists (a 1,000-deep TREC run would otherwise put every card of every
-# topic in the page), kept with the case so the report need not regroup `retrieved`.
+# `top_cards` keeps a case's first distinct cards, in rank order, down to the headline k or to
+# its first relevant card, whichever is deeper, and never below this rank: what the report's
+# case explorer lists (a 1,000-deep TREC run would otherwise put every card of every topic in
+# the page), kept with the case so the report need not regroup `retrieved`.
 TOP_CARDS = 50
 RANKED_GRADE = pl.Struct({"rank": pl.Int32, "grade": pl.Int64})
 
@@ -72,10 +73,11 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
     )
 
 
-def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.DataFrame:
+def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headline_k: int) -> pl.DataFrame:
     """One row per case (the `cases` table) of `staged`, from `retrieved`, which is
     `retrieved_items(staged)`. Over the whole captured list, among distinct cards:
-    top_cards, the first TOP_CARDS of them in rank order; relevant_ranks, the ascending ranks
+    top_cards, those in rank order down to `headline_k` or to the first relevant card,
+    whichever is deeper, at most TOP_CARDS; relevant_ranks, the ascending ranks
     of the relevant (gold) cards; graded_ranks, {rank, grade} of every retrieved card with a
     grade above 0, by rank; ideal_gains, every
     grade above 0 of the case, descending (the ideal ranking nDCG divides by)."""
@@ -130,6 +132,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str) -> pl.
             pl.col("relevant_ranks").fill_null(pl.lit([], dtype=pl.List(pl.Int32))),
             pl.col("graded_ranks").fill_null(pl.lit([], dtype=pl.List(RANKED_GRADE))),
             pl.col("grades").list.eval(pl.element().struct.field("grade").sort(descending=True)).alias("ideal_gains"),
-            pl.col("top_cards").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+            pl.col("top_cards").fill_null(pl.lit([], dtype=pl.List(pl.String)))
+            .list.head(pl.max_horizontal(pl.lit(headline_k), pl.col("relevant_ranks").list.first().fill_null(0))),
         )
     )

@@ -12,7 +12,7 @@ from itertools import chain
 
 import polars as pl
 
-from .case_explorer import explorer_section
+from .case_explorer import ChunkMap, explorer_section
 from .charts_of_report import CHART_TITLES
 from .flips import REASONS
 from .metrics import LABELS, NAMES
@@ -321,10 +321,12 @@ td.num, th.num { text-align: right; }
 LABELLED_TABLES = ("slice", "run")  # tables whose first column is a long label, then figures
 
 
-def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "") -> Iterator[str]:
+def render_html(report: Report, images: dict[str, bytes], *, explorer_script: str = "", explorer_style: str = "",
+                map_chunks: ChunkMap = map) -> Iterator[str]:
     """report.html: one self-contained page (charts inline as SVG, the case explorer, no
     network), as parts to write one after the other: the page is laid out here, the
-    explorer's data (tens of MB at 100k cases) is made as the parts are taken."""
+    explorer's data (tens of MB at 100k cases) is made as the parts are taken, in chunks
+    made by `map_chunks`."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -357,7 +359,8 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
                 parts.append('<div class="charts">' + "".join(figures) + "</div>")
         elif block.kind == "explorer" and report.explorer is not None:
             cases, meta = report.explorer
-            page += [["\n".join(parts) + "\n"], explorer_section(cases, meta, script=explorer_script, style=explorer_style)]
+            explorer = explorer_section(cases, meta, script=explorer_script, style=explorer_style, map_chunks=map_chunks)
+            page += [["\n".join(parts) + "\n"], explorer]
             parts = []
     parts.append("</body></html>")
     return chain.from_iterable([*page, ["\n".join(parts) + "\n"]])
