@@ -619,7 +619,15 @@ def console() -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGALRM, _on_alarm)
     process_settings()
-    code = main()
+    try:
+        code = main()
+        # The command is over: a signal from here on (the interpreter's exit hooks and shutdown,
+        # where Python would reset its handlers to the default, which kills the process with no
+        # word and no exit code of ours) is ignored. An ignored disposition is left as it is.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM):
+            signal.signal(signum, signal.SIG_IGN)
+    except (KeyboardInterrupt, Terminated):  # it landed just after `main` returned
+        code = _interrupted(_received[0] if _received else signal.SIGINT)
     if _received and not _raised:  # the command ended while its interrupt was deferred
         code = _interrupted(_received[0])
     if _received:
