@@ -154,16 +154,17 @@ class _Scan:
         if self.json_only:
             junction = self._tail + block[:TOKEN_OVERLAP]
             self.json_only = not (_holds_token(junction, NON_JSON_NUMBERS) or _holds_token(block, NON_JSON_NUMBERS))
-            self._tail = (self._tail + block)[-TOKEN_OVERLAP:] if len(block) < TOKEN_OVERLAP else block[-TOKEN_OVERLAP:]
+            self._tail = (self._tail + block[-TOKEN_OVERLAP:])[-TOKEN_OVERLAP:]
         if self.json_only and (self._cut_character or not block.isascii()):
             self._check_utf8(memoryview(block))
 
     def _check_utf8(self, block: memoryview) -> None:
         start = 0
         if self._cut_character:  # complete the character the last block cut off, and check it
-            start = min(_character_bytes(self._cut_character[0]) - len(self._cut_character), len(block))
+            size = _character_bytes(self._cut_character[0])
+            start = min(size - len(self._cut_character), len(block))
             self._cut_character += block[:start]
-            if len(self._cut_character) < _character_bytes(self._cut_character[0]):
+            if len(self._cut_character) < size:
                 return  # a block shorter than the rest of the character
             self.json_only = _valid_utf8(self._cut_character)
             self._cut_character = b""

@@ -19,8 +19,8 @@ EPHEMERAL_STARTUP_TIMEOUT_S = 90
 HEALTH_TIMEOUT_S = 3.0
 HEARTBEAT_S = 30  # Prefect's least; each costs nothing measurable, but ~1 s when a flow run ends
 CRASH_AFTER_S = 90  # a flow run silent this long (its heartbeats stopped) is marked Crashed
-EVENTS_RECONNECTIONS = 2
-SERVICE_DRAIN_S = 5  # at most this long to send a run's last logs and events to its temporary server  # Prefect's events client tries 10 times per event (~7 s each) otherwise
+EVENTS_RECONNECTIONS = 2  # Prefect's events client tries 10 times per event (~7 s each) otherwise
+SERVICE_DRAIN_S = 5  # at most this long to send a run's last logs and events to its temporary server
 CRASH_AUTOMATION = "retrieval-eval-crash-silent-flow-runs"
 # Set in the command's environment (flows/cli.py) before Prefect is imported, since Prefect's
 # telemetry and its worker processes read the environment, not temporary settings.

@@ -2,7 +2,8 @@
 -- what the report shows of it: its metrics, gold cards, question, how much it retrieved and
 -- the distinct cards it ranked down to the headline k or to its first relevant card,
 -- whichever is deeper (`cards`, cut from the cases table's top_cards, at most 50: the case
--- explorer's evidence of a hit or a miss); n_cards counts every distinct card it retrieved.
+-- explorer's evidence of a hit or a miss; cases keep only those now, runs evaluated earlier
+-- kept 50); n_cards counts every distinct card it retrieved.
 -- Reads: case_metrics, cases, runs. Parameters: $ids. Grain: (run_id, case_id).
 -- Columns: every column of `case_metrics` but gains_at_k (nothing in the report reads it: a
 -- nested list per row, a fifth of this read at 100k cases), gold, question, n_retrieved, cards, n_cards

@@ -2,9 +2,8 @@
 items, checked for what Arrow's types cannot say (SPEC 2.4, 3 and 6).
 
 flows/case_file.py reads a cases file with Arrow's JSON reader and the schemas of
-transforms/case_schema.py; this
-step only looks at the values. A record it cannot take raises NotClean, and the line-by-line
-rules of transforms/records.py then judge the file.
+transforms/case_schema.py; this step only looks at the values. A record it cannot take
+raises NotClean, and the line-by-line rules of transforms/records.py then judge the file.
 """
 
 from __future__ import annotations
