@@ -81,7 +81,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
     of the relevant (gold) cards; graded_ranks, {rank, grade} of every retrieved card with a
     grade above 0, by rank; ideal_gains, every
     grade above 0 of the case, descending (the ideal ranking nDCG divides by)."""
-    firsts = retrieved.filter(pl.col("card_rank").is_not_null()).select("case_no", "card_id", "card_rank")
+    firsts = retrieved.select("case_no", "card_id", "card_rank").filter(pl.col("card_rank").is_not_null())
     # `retrieved` (retrieved_items') rows are in case order and rank order, so within a case
     # the first occurrences come in card-rank order and the group keeps it (no sort: 16 ms a
     # batch of 500k items)
