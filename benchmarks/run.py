@@ -84,6 +84,7 @@ DEFAULT_TOOLS = (OURS, PYTREC, FLOOR)
 OUR_METRICS = {"hit_at_k": "hit@10", "recall_at_k": "recall@10", "ndcg_at_k": "ndcg@10", "precision_at_k": "P@10"}
 METRIC_NAMES = ("hit@10", "recall@10", "ndcg@10", "P@10")
 TARGETS = {"ours/pytrec_eval": 0.5, "ours/floor": 4.0, "sample_s": 3.0, "rss_1m_mb": 2048.0}
+TARGET_CASES = 100_000  # SPEC 9 sets the two ratios at 100k cases; other sizes print them without a verdict
 
 
 @dataclass
@@ -193,12 +194,12 @@ def parse_means(text: str) -> dict[str, float]:
 
 
 def our_means(warehouse: Path, k: int = K) -> dict[str, float]:
-    sql = f"select metric, mean, n from aggregates where slice = 'all' and k = {int(k)}"
+    sql = "select metric, mean, n, k from aggregates where slice = 'all'"  # `query` takes no parameters
     out = subprocess.run(
         [*retrieval_eval_command(), "query", sql, "--warehouse", str(warehouse), "--format", "json"],
         check=True, capture_output=True, text=True, cwd=ROOT,
     ).stdout
-    rows = json.loads(out)
+    rows = [row for row in json.loads(out) if row["k"] == k]
     means = {OUR_METRICS[r["metric"]]: r["mean"] for r in rows if r["metric"] in OUR_METRICS}
     if rows:
         means["cases"] = float(rows[0]["n"])
@@ -345,7 +346,7 @@ def run_harness(
     size_mb = (run_dir / "cases.jsonl").stat().st_size / 1e6
     size = f"{size_mb:,.0f} MB" if size_mb >= 10 else f"{size_mb:.2f} MB"
     title = f"{name}: {cases:,} cases x {depth} chunks ({size}, {shape} shape), repeat {repeat}"
-    markdown = render_markdown(title, rows, agreement=True, note=note)
+    markdown = render_markdown(title, rows, agreement=True, note=note, judged=cases == TARGET_CASES)
     log("\n" + markdown)
     if results_dir is not None:
         Path(results_dir).mkdir(parents=True, exist_ok=True)
@@ -428,7 +429,8 @@ def versions() -> str:
     return ", ".join(found)
 
 
-def render_markdown(title: str, rows: list[ToolResult], *, agreement: bool, note: str = "") -> str:
+def render_markdown(title: str, rows: list[ToolResult], *, agreement: bool, note: str = "",
+                    judged: bool = True) -> str:
     by_tool = {row.tool: row for row in rows}
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = [
@@ -458,8 +460,10 @@ def render_markdown(title: str, rows: list[ToolResult], *, agreement: bool, note
                 other = by_tool[peer]
                 ratio = ours.wall_s / other.wall_s
                 verdict = "met" if ratio <= TARGETS[key] else "NOT met"
+                target = (f"target <= {TARGETS[key]:g}: {verdict}" if judged
+                          else f"SPEC 9 sets its target at {TARGET_CASES:,} cases")
                 lines.append(
-                    f"- {key} = {ratio:.2f} on median wall time (target <= {TARGETS[key]:g}: {verdict}); "
+                    f"- {key} = {ratio:.2f} on median wall time ({target}); "
                     f"{ours.min_wall_s / other.min_wall_s:.2f} on best wall time, "
                     f"{ours.cpu_s / other.cpu_s:.2f} on CPU time"
                 )

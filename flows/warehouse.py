@@ -270,7 +270,7 @@ class Warehouse:
             finally:
                 with interrupts_deferred():
                     txn.end()
-                    self.vacuum(retention, locked=True)
+                    self.vacuum(retention, locked=True, state=txn.committed or txn.state)
 
     @contextmanager
     def locked(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
@@ -307,14 +307,6 @@ class Warehouse:
         except (BlockingIOError, OSError):
             return False
 
-    def _own_files(self, txn_id: str) -> Iterator[Path]:
-        marker = f"part-{txn_id}-"
-        for table in TABLES:
-            for folder in (self.root / table).glob("run_id=*"):
-                for part in folder.iterdir():
-                    if part.name.startswith(marker):
-                        yield part
-
     def remove_dead_transactions(self) -> None:
         """Files of transactions that began and never ended (their writer died): removed,
         unless committed. Called under the lock, so no such writer is alive."""
@@ -329,20 +321,33 @@ class Warehouse:
         shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
 
     def _remove_uncommitted(self, txn_id: str, referenced: set[str]) -> None:
-        for part in self._own_files(txn_id):
-            if str(part.relative_to(self.root)) not in referenced:
-                part.unlink(missing_ok=True)
+        """Remove the transaction's files that are not `referenced`, and every run folder left
+        empty, in one pass over the run folders (os.scandir: a pathlib walk of 300 runs' six
+        tables cost 30–40 ms, and a second walk to remove empty folders as much again)."""
+        marker = f"part-{txn_id}-"
+        for table in TABLES:
+            for folder in _run_folders(self.root / table):
+                with os.scandir(folder) as entries:
+                    names = [entry.name for entry in entries]
+                kept = len(names)
+                for name in names:
+                    if name.startswith(marker) and f"{table}/{folder.name}/{name}" not in referenced:
+                        (folder / name).unlink(missing_ok=True)
+                        kept -= 1
+                if not kept:
+                    _remove_if_empty(folder)
         shutil.rmtree(self.root / SCRATCH / txn_id, ignore_errors=True)
-        _remove_empty_folders(self.root)
 
-    def vacuum(self, retention: timedelta = DEFAULT_RETENTION, *, locked: bool = False) -> list[str]:
+    def vacuum(self, retention: timedelta = DEFAULT_RETENTION, *, locked: bool = False,
+               state: State | None = None) -> list[str]:
         """Delete files that a committed transaction superseded more than `retention` ago
-        (a reader that started before a commit finishes); returns what was deleted."""
+        (a reader that started before a commit finishes); returns what was deleted. `state`:
+        the committed state, when the caller holds the lock and has it."""
         if not locked:
             with self.locked():
                 self.remove_dead_transactions()
                 return self.vacuum(retention, locked=True)
-        state = self.state()
+        state = state or self.state()
         referenced = state.referenced()
         limit = datetime.now(UTC) - retention
         deleted = []
@@ -353,7 +358,7 @@ class Warehouse:
             if path.exists():
                 path.unlink()
                 deleted.append(item["path"])
-        _remove_empty_folders(self.root)
+                _remove_if_empty(path.parent)
         return deleted
 
 
@@ -477,10 +482,16 @@ def scratch_dir(root: Path, txn_id: str, run_id: str) -> Path:
     return folder
 
 
-def _remove_empty_folders(root: Path) -> None:
-    for table in TABLES:
-        for folder in (root / table).glob("run_id=*"):
-            try:
-                folder.rmdir()  # only when empty
-            except OSError:
-                pass
+def _run_folders(table_folder: Path) -> list[Path]:
+    try:
+        with os.scandir(table_folder) as entries:
+            return [Path(entry.path) for entry in entries if entry.name.startswith("run_id=") and entry.is_dir()]
+    except FileNotFoundError:
+        return []
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()  # only when empty
+    except OSError:
+        pass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 
 import pytest
 from builders import case, chunk, cli, copy_sample, write_run
@@ -176,3 +178,41 @@ def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
     result = cli(*args, cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+GC_SEEN = """
+import gc, sys
+from retrieval_eval.flows import cli, entry, job
+from retrieval_eval.transforms.errors import InputError
+
+seen = []
+
+
+def schema(args):
+    seen.append(gc.isenabled())
+    return 0
+
+
+def run_job(options, steps):
+    seen.append(gc.isenabled())
+    raise InputError("stopped by the test")
+
+
+cli.cmd_schema, job.run_job = schema, run_job
+sys.argv = ["retrieval-eval", *sys.argv[1:]]
+code = entry.console()
+print(code, seen, gc.isenabled(), gc.get_freeze_count() > 0)
+"""
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["schema", "cases"], "0 [True] True True"),  # a command other than run
+    (["run", "data/runs"], "2 [True] True True"),  # run's job: its modules imported first
+    (["run", "--qrels", "qrels.txt"], "2 [] True True"),  # bad usage, met before the job is imported
+])
+def test_the_collector_is_off_only_while_the_command_is_imported(argv, expected, tmp_path):
+    # flows/entry.py turns the garbage collector off for the imports; it must be on again for
+    # the command's work (a served deployment runs for days) and on every way out.
+    root = copy_sample(tmp_path)
+    done = subprocess.run([sys.executable, "-c", GC_SEEN, *argv], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[-2] == expected, done.stderr

@@ -22,7 +22,9 @@ def model(name: str, cte: str | None = None) -> str:
     if cte is None:
         return text
     body, tail = text.rsplit("select * from final", 1)
-    return body + f"select * from {cte}" + tail
+    # A CTE is a name, which no parameter can stand for: only a CTE the model defines is taken.
+    assert re.search(rf"(^|\bwith |,\s*){re.escape(cte)} as \(", body, re.MULTILINE), f"{name} has no CTE {cte}"
+    return body + "select * from " + cte + tail
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str, cte: str | None = None, **params) -> list[dict]:

@@ -209,3 +209,21 @@ def test_a_warehouse_written_before_the_log_is_adopted_not_lost(tmp_path):
     assert result.stdout == "run_id,n_cases\nold-run,3\n"
     assert "adopted 1 run(s)" in result.stderr
     assert Warehouse(root).state().runs["old-run"].tables["runs"][0].rows == 1
+
+
+def test_a_transaction_leaves_none_of_its_uncommitted_files_or_emptied_folders(tmp_path):
+    from retrieval_eval.flows.warehouse import new_part
+
+    warehouse = Warehouse(tmp_path / "wh")
+    (warehouse.root / "cases" / "run_id=other").mkdir(parents=True)
+    someone_elses = warehouse.root / "cases" / "run_id=other" / "part-another-txn-0.parquet"
+    someone_elses.write_bytes(b"not this transaction's")
+    with warehouse.transaction() as txn:
+        written = [new_part(warehouse.root, txn.id, "cases", run_id) for run_id in ("a", "other")]
+        for path in written:
+            path.write_bytes(b"uncommitted")
+        never_written = new_part(warehouse.root, txn.id, "retrieved", "b")  # a write that failed before its file
+        assert never_written.parent.is_dir()
+    assert not any(path.exists() for path in written)
+    assert not written[0].parent.exists() and not never_written.parent.exists()  # emptied folders go
+    assert someone_elses.read_bytes() == b"not this transaction's"  # a file it did not write stays
