@@ -56,8 +56,8 @@ def _owned(path: Path, warehouse_id: str | None) -> bool:
         with duckdb.connect(str(path), read_only=True) as con:
             tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
             if META_TABLE in tables:
-                (owner,) = con.execute("select warehouse_id from _retrieval_eval").fetchone()
-                return owner == warehouse_id
+                row = con.execute("select warehouse_id from _retrieval_eval").fetchone()
+                return row is not None and row[0] == warehouse_id  # an emptied record: not ours
             return "_partitions" in tables  # made by an earlier version of retrieval-eval
     except duckdb.IOException as error:
         return "lock" in str(error).lower()  # held open by a reader: ours, in use

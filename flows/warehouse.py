@@ -269,8 +269,8 @@ class Warehouse:
                 yield txn
             finally:
                 with interrupts_deferred():
-                    txn.end()
-                    self.vacuum(retention, locked=True, state=txn.committed or txn.state)
+                    final = txn.end()
+                    self.vacuum(retention, locked=True, state=final)
 
     @contextmanager
     def locked(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
@@ -370,6 +370,7 @@ class Transaction:
         self.state = state
         self.id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.committed: State | None = None
+        self._published = False  # its log entry may be in place (set before it is linked there)
 
     @property
     def root(self) -> Path:
@@ -380,11 +381,15 @@ class Transaction:
         pending.mkdir(parents=True, exist_ok=True)
         (pending / f"{self.id}.json").write_text(json.dumps({"txn": self.id, "started_at": _now(), "pid": os.getpid()}))
 
-    def end(self) -> None:
-        """Remove what this transaction wrote and did not commit, and its marker."""
-        referenced = (self.committed or self.state).referenced()
-        self.warehouse._remove_uncommitted(self.id, referenced)
+    def end(self) -> State:
+        """Remove what this transaction wrote and did not commit, and its marker; returns the
+        state it leaves. A commit that failed once its log entry may have been linked into
+        place (flushing the folder, reading the log back) is judged by the log as it is: its
+        parts may be committed, and are never removed on the word of the state before it."""
+        final = self.committed or (self.warehouse.state() if self._published else self.state)
+        self.warehouse._remove_uncommitted(self.id, final.referenced())
         (self.warehouse.log_dir / PENDING / f"{self.id}.json").unlink(missing_ok=True)
+        return final
 
     def scratch(self, run_id: str) -> Path:
         return scratch_dir(self.root, self.id, run_id)
@@ -429,6 +434,7 @@ class Transaction:
             "superseded": superseded,
         }
         self.warehouse.log_dir.mkdir(parents=True, exist_ok=True)
+        self._published = True
         write_new_file(self.warehouse.log_dir / f"{version:020d}.json", json.dumps(entry, sort_keys=True))
         self.committed = self.warehouse.state()
         if version % CHECKPOINT_EVERY == 0:

@@ -185,34 +185,42 @@ import gc, sys
 from retrieval_eval.flows import cli, entry, job
 from retrieval_eval.transforms.errors import InputError
 
-seen = []
+importing, working = [], []  # the collector while the engines are imported / during the work
+import_engines = cli.import_engines
+
+
+def recorded_import():
+    importing.append(gc.isenabled())
+    import_engines()
 
 
 def schema(args):
-    seen.append(gc.isenabled())
+    working.append((gc.isenabled(), gc.get_freeze_count() > 0))
     return 0
 
 
 def run_job(options, steps):
-    seen.append(gc.isenabled())
+    working.append((gc.isenabled(), gc.get_freeze_count() > 0))
     raise InputError("stopped by the test")
 
 
-cli.cmd_schema, job.run_job = schema, run_job
+cli.import_engines, cli.cmd_schema, job.run_job = recorded_import, schema, run_job
 sys.argv = ["retrieval-eval", *sys.argv[1:]]
 code = entry.console()
-print(code, seen, gc.isenabled(), gc.get_freeze_count() > 0)
+print(code, importing, working, gc.isenabled())
 """
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["schema", "cases"], "0 [True] True True"),  # a command other than run
-    (["run", "data/runs"], "2 [True] True True"),  # run's job: its modules imported first
-    (["run", "--qrels", "qrels.txt"], "2 [] True True"),  # bad usage, met before the job is imported
+    (["schema", "cases"], "0 [] [(True, True)] True"),  # a command that imports no engine
+    (["run", "data/runs"], "2 [False] [(True, True)] True"),  # run's job: its modules imported first
+    (["query", "select 1", "--warehouse", "none-here"], "2 [False] [] True"),  # another command, bad input
+    (["run", "--qrels", "qrels.txt"], "2 [] [] True"),  # bad usage, met before anything is imported
 ])
 def test_the_collector_is_off_only_while_the_command_is_imported(argv, expected, tmp_path):
-    # flows/entry.py turns the garbage collector off for the imports; it must be on again for
-    # the command's work (a served deployment runs for days) and on every way out.
+    # flows/entry.py turns the garbage collector off for the imports; it must be on again, with
+    # what the imports made frozen, for the command's work (a served deployment runs for days)
+    # and on every way out.
     root = copy_sample(tmp_path)
     done = subprocess.run([sys.executable, "-c", GC_SEEN, *argv], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.stdout.split("\n")[-2] == expected, done.stderr

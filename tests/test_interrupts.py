@@ -146,3 +146,31 @@ def test_a_signal_after_the_command_is_over_changes_nothing():
     # the random-moment test above met once under load). SIG_IGN is left as it is.
     done = subprocess.run([sys.executable, "-c", LATE_SIGNAL], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+SIGNAL_WHILE_IMPORTING = """
+import importlib.abc, os, signal, sys, time
+
+
+class SignalOnImport(importlib.abc.MetaPathFinder):  # the signal lands while flows/cli.py is imported
+    def find_spec(self, name, path, target=None):
+        if name == "retrieval_eval.flows.cli":
+            os.kill(os.getpid(), int(sys.argv[1]))
+            time.sleep(1)
+        return None
+
+
+sys.meta_path.insert(0, SignalOnImport())
+from retrieval_eval.flows import entry
+
+sys.exit(entry.console())
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_command_is_imported_ends_it_with_its_one_line(signum):
+    done = subprocess.run([sys.executable, "-c", SIGNAL_WHILE_IMPORTING, str(int(signum))],
+                          capture_output=True, text=True, timeout=60)
+    what = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert (done.returncode, done.stderr) == (
+        EXIT[signum], f"retrieval-eval: {what}; what was committed before stands, nothing after it was\n")

@@ -70,7 +70,7 @@ def test_a_catalog_rebuilt_from_the_log_equals_the_original(sample):
     assert catalog_views(catalog) == original
 
 
-@pytest.mark.parametrize("spoil", ["garbage", "foreign"])
+@pytest.mark.parametrize("spoil", ["garbage", "foreign", "emptied record"])
 def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoil):
     warehouse = sample / "data" / "warehouse"
     catalog = warehouse / "catalog.duckdb"
@@ -78,17 +78,21 @@ def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoi
     catalog.unlink()
     if spoil == "garbage":
         catalog.write_bytes(b"not a database at all" * 100)
-    else:  # someone's own database under the same name
+    elif spoil == "foreign":  # someone's own database under the same name
         with duckdb.connect(str(catalog)) as con:
             con.execute("create table notes as select 'mine' as text")
+    else:  # the record of whose catalog it is, emptied (it had raised a TypeError)
+        with duckdb.connect(str(catalog)) as con:
+            con.execute("create table _retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
     result = cli("run", f"data/runs/{SAMPLE_RUN_IDS[0]}", cwd=sample)
     assert result.returncode == 0, result.stderr
     assert parts(sample) >= before_parts
     assert len(views(warehouse)["runs"]) == 4
-    if spoil == "foreign":  # moved aside, never overwritten
+    if spoil != "garbage":  # moved aside, never overwritten
         [aside] = warehouse.glob("catalog.duckdb.foreign-*")
         with duckdb.connect(str(aside), read_only=True) as con:
-            assert con.execute("select text from notes").fetchall() == [("mine",)]
+            tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
+            assert tables == ({"notes"} if spoil == "foreign" else {"_retrieval_eval"})
 
 
 @pytest.mark.damages_warehouse
@@ -227,3 +231,32 @@ def test_a_transaction_leaves_none_of_its_uncommitted_files_or_emptied_folders(t
     assert not any(path.exists() for path in written)
     assert not written[0].parent.exists() and not never_written.parent.exists()  # emptied folders go
     assert someone_elses.read_bytes() == b"not this transaction's"  # a file it did not write stays
+
+
+def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_path, monkeypatch):
+    # The log entry is linked into place, then flushing the log's folder fails (EIO): the
+    # commit raises, but the log names the run's parts, so ending the transaction must not
+    # remove them as uncommitted (before, it judged them by the state it began from).
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from retrieval_eval.flows import warehouse as warehouse_module
+    from retrieval_eval.flows.warehouse import RunCommit, describe_part, new_part
+
+    warehouse = Warehouse(tmp_path / "wh")
+    flush = warehouse_module._fsync
+
+    def failing_on_the_log(path):
+        if path == warehouse.log_dir:
+            raise OSError(5, "Input/output error")
+        flush(path)
+
+    monkeypatch.setattr(warehouse_module, "_fsync", failing_on_the_log)
+    with pytest.raises(OSError, match="Input/output error"):
+        with warehouse.transaction() as txn:
+            path = new_part(warehouse.root, txn.id, "runs", "run-a")
+            pq.write_table(pa.table({"run_id": ["run-a"]}), path)
+            txn.commit({"run-a": RunCommit({"runs": [describe_part(path, warehouse.root)]}, None, None)})
+    assert path.exists()
+    monkeypatch.setattr(warehouse_module, "_fsync", flush)
+    committed = Warehouse(tmp_path / "wh").state().runs["run-a"].tables["runs"]
+    assert [warehouse.root / part.path for part in committed] == [path]
