@@ -330,9 +330,9 @@ class Warehouse:
                 with os.scandir(folder) as entries:
                     names = [entry.name for entry in entries]
                 kept = len(names)
-                for name in names:
-                    if name.startswith(marker) and f"{table}/{folder.name}/{name}" not in referenced:
-                        (folder / name).unlink(missing_ok=True)
+                for part in (folder / name for name in names if name.startswith(marker)):
+                    if str(part.relative_to(self.root)) not in referenced:
+                        part.unlink(missing_ok=True)
                         kept -= 1
                 if not kept:
                     _remove_if_empty(folder)
@@ -347,7 +347,7 @@ class Warehouse:
             with self.locked():
                 self.remove_dead_transactions()
                 return self.vacuum(retention, locked=True)
-        state = state or self.state()
+        state = state if state is not None else self.state()
         referenced = state.referenced()
         limit = datetime.now(UTC) - retention
         deleted = []
