@@ -20,13 +20,17 @@ class Terminated(BaseException):
     removes its uncommitted files) before the command ends with 143."""
 
 
-# Engines whose Python code is also called from their native code and cannot take an
-# exception there: Polars builds a frame's dtypes by calling Python from Rust, and an
-# exception raised there panics (printing a Rust backtrace). (DuckDB and Arrow turn one into
-# an error of theirs, which `main` reads as the interrupt.) A signal that lands with such a
-# frame on the main thread's stack is raised DEFER_S later, when the thread has left it (at
-# most MAX_DEFERRALS times: then it is raised wherever the thread stands).
+# Code that is also called from native code and cannot take an exception there: Polars
+# builds a frame's dtypes by calling Python from Rust, and an exception raised there panics
+# (printing a Rust backtrace); an import that an extension makes from C runs importlib's
+# bootstrap, and the C caller prints the exception as a traceback and carries on. (DuckDB and
+# Arrow turn one into an error of theirs, which `main` reads as the interrupt.) A signal that
+# lands with such a frame on the main thread's stack is raised DEFER_S later, when the thread
+# has left it (at most MAX_DEFERRALS times: then it is raised wherever the thread stands).
 ENGINE_PACKAGES = frozenset({"polars"})
+# importlib's bootstrap by both its names (the frozen one until `importlib` is imported)
+IMPORT_MACHINERY = frozenset({"_frozen_importlib", "_frozen_importlib_external",
+                              "importlib._bootstrap", "importlib._bootstrap_external"})
 DEFER_S, MAX_DEFERRALS = 0.02, 100
 _deferrals: list[None] = []
 _raised: list[None] = []  # the interrupt was raised or reported
@@ -57,7 +61,8 @@ def _deliver(frame) -> None:
 
 def _in_engine_code(frame) -> bool:
     while frame is not None:
-        if frame.f_globals.get("__name__", "").partition(".")[0] in ENGINE_PACKAGES:
+        module = frame.f_globals.get("__name__", "")
+        if module in IMPORT_MACHINERY or module.partition(".")[0] in ENGINE_PACKAGES:
             return True
         frame = frame.f_back
     return False

@@ -31,12 +31,17 @@ REJECTS_SCHEMA = {"run_id": pl.String, "source_file": pl.String, "line": pl.Int6
 
 @dataclass(frozen=True)
 class TxnRef:
-    """A transaction as a task on another process sees it: where to write, under which id."""
+    """A transaction as a task on another process sees it: where to write, under which id,
+    and for which runs (those it named in its marker: a part of any other run would be
+    left behind by its cleanup, which looks in their folders only)."""
 
     root: Path
     id: str
+    runs: frozenset[str] | None = None  # None: any run (the cleanup then looks everywhere)
 
     def new_part(self, table: str, run_id: str) -> Path:
+        if self.runs is not None and run_id not in self.runs:
+            raise ValueError(f"transaction {self.id} did not plan to write run {run_id!r}")
         return new_part(self.root, self.id, table, run_id)
 
 

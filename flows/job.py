@@ -114,8 +114,10 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     with warehouse.transaction() as txn:
         plans = plan_runs(folders, txn.state, warehouse, k=options.k, ks=options.ks,
                           relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
-        ref = TxnRef(warehouse.root, txn.id)
         todo = [plan for plan in plans if plan.reuse is None]
+        writes = frozenset(plan.run_id for plan in todo)  # the only runs whose folders get parts
+        txn.plan(writes)
+        ref = TxnRef(warehouse.root, txn.id, writes)
         ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
         evaluated: dict[str, list[Any]] = {}
         try:

@@ -122,6 +122,45 @@ def test_an_interrupt_deferred_then_met_again_inside_a_commit_is_raised_after_th
     assert committed and len(cli._raised) == 1
 
 
+def test_a_signal_during_an_import_is_raised_once_the_import_is_done(monkeypatch, tmp_path):
+    """An extension that imports from C prints an exception raised inside importlib's bootstrap
+    as a traceback and carries on (CI met it once: exit 130, and a traceback beside the line)."""
+    import importlib.abc
+    import os
+
+    from retrieval_eval.flows import cli
+
+    for name in ("_received", "_raised", "_deferrals"):
+        monkeypatch.setattr(cli, name, [])
+
+    class SignalOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name == "imported_under_a_signal":
+                os.kill(os.getpid(), signal.SIGINT)  # the handler runs here, inside the import
+            return None
+
+    (tmp_path / "imported_under_a_signal.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", [SignalOnImport(), *sys.meta_path])
+    monkeypatch.delitem(sys.modules, "imported_under_a_signal", raising=False)
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGALRM)}
+    signal.signal(signal.SIGINT, cli._on_signal)
+    signal.signal(signal.SIGALRM, cli._on_alarm)
+    imported = None
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            import imported_under_a_signal
+
+            imported = imported_under_a_signal.VALUE
+            time.sleep(1)  # the deferred interrupt is raised here, DEFER_S later
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        sys.modules.pop("imported_under_a_signal", None)
+    assert imported == 1 and cli._deferrals and len(cli._raised) == 1
+
+
 
 LATE_SIGNAL = """
 import atexit, os, signal, sys, time

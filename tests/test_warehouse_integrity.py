@@ -233,6 +233,56 @@ def test_a_transaction_leaves_none_of_its_uncommitted_files_or_emptied_folders(t
     assert someone_elses.read_bytes() == b"not this transaction's"  # a file it did not write stays
 
 
+def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
+    # SPEC 9: the cost of a transaction's end follows the runs it wrote, not the history; and
+    # the runs it named are cleaned whether it ends or dies (the next writer's cleanup).
+    import json
+
+    from retrieval_eval.flows.evaluation import TxnRef
+    from retrieval_eval.flows.warehouse import PENDING, new_part
+
+    warehouse = Warehouse(tmp_path / "wh")
+    with warehouse.transaction() as txn:
+        txn.plan(["b"])
+        txn.plan(["a"])  # a later call adds to the runs named
+        assert json.loads((warehouse.log_dir / PENDING / f"{txn.id}.json").read_text())["runs"] == ["a", "b"]
+        ref = TxnRef(warehouse.root, txn.id, frozenset("ab"))
+        planned = [ref.new_part(table, run_id) for table in ("cases", "retrieved") for run_id in "ab"]
+        for path in planned:
+            path.write_bytes(b"uncommitted")
+        with pytest.raises(ValueError, match="did not plan to write run 'c'"):
+            ref.new_part("cases", "c")  # its cleanup would never look there
+    assert not any(path.exists() for path in planned) and not planned[0].parent.exists()
+    assert not (warehouse.root / "cases" / "run_id=c").exists()
+
+    dead = "20261201T000000-deadbeef"  # a writer that named its runs, then died
+    (warehouse.log_dir / PENDING / f"{dead}.json").write_text(json.dumps({"txn": dead, "runs": ["d"]}))
+    (warehouse.log_dir / PENDING / f"{dead}.json.tmp").write_text("{")  # its marker half rewritten
+    left = new_part(warehouse.root, dead, "retrieved", "d")
+    left.write_bytes(b"uncommitted")
+    with warehouse.transaction() as txn:
+        txn.plan([])
+    assert not left.exists() and not left.parent.exists()
+    assert not list((warehouse.log_dir / PENDING).iterdir())
+
+
+@pytest.mark.parametrize("marker", ['{"txn": "t"}', "{", '{"runs": ["../.."]}', '{"runs": [".."]}', '{"runs": "d"}'],
+                         ids=["no runs", "unreadable", "unsafe name", "parent folder", "not a list"])
+def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp_path, marker):
+    from retrieval_eval.flows.warehouse import PENDING, new_part
+
+    warehouse = Warehouse(tmp_path / "wh")
+    warehouse.log_dir.joinpath(PENDING).mkdir(parents=True)
+    dead = "20261201T000000-deadbeef"
+    (warehouse.log_dir / PENDING / f"{dead}.json").write_text(marker)
+    left = [new_part(warehouse.root, dead, "cases", run_id) for run_id in ("d", "e")]
+    for path in left:
+        path.write_bytes(b"uncommitted")
+    with warehouse.transaction():
+        pass
+    assert not any(path.exists() or path.parent.exists() for path in left)
+
+
 def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_path, monkeypatch):
     # The log entry is linked into place, then flushing the log's folder fails (EIO): the
     # commit raises, but the log names the run's parts, so ending the transaction must not
