@@ -126,7 +126,7 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
     account = ingest.account
     rejects = [Reject(name, r.line, r.reason, r.raw) for r in account.rejects]
     if account.refused:
-        raise RejectedRecords(run_id, rejects)
+        raise RejectedRecords(run_id, rejects, allow="allow_rejects=True")
     mine = [evaluated[key] for key in sorted(evaluated) if key[0] == account.attempt]
     return Evaluation(
         case_metrics=pl.concat([e.case_metrics for e in mine]),

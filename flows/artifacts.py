@@ -3,12 +3,12 @@ JSON files read with a message that names them."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..transforms.errors import InputError
 from ..transforms.manifest import Manifest, parse_manifest
+from ..transforms.records import strict_json_loads
 
 CASE_FILE_NAMES = ("cases.jsonl", "cases.jsonl.gz")
 
@@ -34,12 +34,12 @@ class RunFolder:
 def read_json_file(path: Path, missing_hint: str) -> object:
     """Parse a small JSON file; a missing or malformed file is an InputError naming it."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return strict_json_loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: missing ({missing_hint})") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, not a file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
         raise InputError(f"{path}: not valid JSON ({error})") from None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..transforms.baseline import dumps
+from ..transforms.baseline import dumps, snapshot_problems
 from ..transforms.errors import InputError
 from .artifacts import read_json_file
 from .schemas import validate
@@ -16,6 +16,7 @@ LISTED_PROBLEMS = 20
 def read_baseline(path: Path) -> dict:
     snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`")
     problems = validate(snapshot, "baseline")
+    problems = problems or snapshot_problems(snapshot)  # its figures, once its shape holds
     if problems:
         shown = "\n".join(f"{path}: {problem}" for problem in problems[:LISTED_PROBLEMS])
         more = f"\n... and {len(problems) - LISTED_PROBLEMS} more" if len(problems) > LISTED_PROBLEMS else ""

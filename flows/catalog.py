@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from .views import DamagedPart, checked_parts
 from .warehouse import TABLES, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
@@ -86,7 +87,13 @@ def write_catalog(warehouse: Warehouse, state: State, *, owned: bool = False) ->
             for table in TABLES:
                 parts = state.files(table)
                 if parts:
-                    con.execute(_view_ddl(table, [str(warehouse.root / p.path) for p in parts], union_by_name(parts)))
+                    try:
+                        con.execute(_view_ddl(table, [str(warehouse.root / p.path) for p in parts], union_by_name(parts)))
+                    except duckdb.Error:
+                        # A part DuckDB could not read is named with its run (DamagedPart), as
+                        # every reader names it; raised as it is when none differs from its commit.
+                        checked_parts(warehouse, state, table)
+                        raise
             con.execute("detach catalog")
         finally:
             con.close()
@@ -116,6 +123,9 @@ def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = Fals
     why = _why_stale(warehouse, made_for) if announce else None
     try:
         write_catalog(warehouse, state, owned=made_for is not None and made_for[0] == state.warehouse_id)
+    except DamagedPart as damage:
+        print(f"retrieval-eval: warning: {warehouse.catalog_path} not made: {damage}", file=sys.stderr)
+        return False
     except (OSError, duckdb.Error) as error:
         print(f"retrieval-eval: warning: could not write {warehouse.catalog_path} ({error}); "
               "the warehouse is committed, `retrieval-eval warehouse rebuild` makes it again",

@@ -440,7 +440,7 @@ def print_run(args: argparse.Namespace, result) -> int:
         if result.gate is not None:
             sys.stdout.write("\n" + render_gate(result.gate, colour=colour))
     if not args.json:
-        sys.stdout.write(f"\nReport written to {result.report.markdown} and {result.report.html}\n")
+        sys.stdout.write(("" if args.quiet else "\n") + f"Report written to {result.report.markdown} and {result.report.html}\n")
     return EXIT_FAILED if result.gate is not None and not result.gate.passed else EXIT_OK
 
 

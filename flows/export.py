@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from .. import sql
 from ..transforms.errors import InputError
-from ..transforms.trec import trec_eval_q_text, trec_run_text
+from ..transforms.trec import trec_eval_q_text, trec_run_text, unwritable_topics
 from .engine import written_aside
 from .views import naming_damage, open_reader, read_state
 from .warehouse import Warehouse
@@ -79,6 +79,11 @@ def _trec_run(con: duckdb.DuckDBPyConnection, run_id: str, out: Path | None) -> 
 
 def _trec_eval(con: duckdb.DuckDBPyConnection, run_id: str, k: int, out: Path | None) -> int:
     case_metrics = con.sql(sql.load("export_case_metrics"), params={"run_id": run_id, "k": k}).pl()
+    unwritable = unwritable_topics(case_metrics["case_id"])
+    if unwritable:
+        shown = ", ".join(f"case id {case_id!r}" for case_id in unwritable)
+        raise InputError(f"export: run {run_id} cannot be written in trec_eval's -q layout: {shown} (whitespace, "
+                         "or `all`, the topic of its summary lines)")
     text = trec_eval_q_text(case_metrics, k, run_id)
     with _output(out, binary=False) as handle:
         handle.write(text)

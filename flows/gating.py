@@ -81,10 +81,21 @@ def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
     warehouse = Warehouse(options.warehouse)
     snapshot = read_baseline(options.baseline)
     current = read_run(warehouse, state, run_id, snapshot["k"])
+    level = snapshot.get("relevance_level") or 1
+    if (current.run.get("relevance_level") or 1) != level:
+        raise InputError(
+            f"{options.baseline}: the baseline counts grades >= {level} as relevant, run {run_id!r} was evaluated "
+            f"with --relevance-level {current.run.get('relevance_level') or 1}: its gold is not the baseline's; "
+            f"re-run it with --relevance-level {level}, or refresh the baseline"
+        )
     recomputed = None
     baseline_run = snapshot["run_id"]
+    warnings = []
     if baseline_run in state.runs and "runs" in state.runs[baseline_run].tables:
         recomputed = read_run(warehouse, state, baseline_run, snapshot["k"]).case_metrics
+    else:
+        warnings.append(f"the baseline's run {baseline_run} is not in this warehouse: the snapshot could not be "
+                        "checked against its run recomputed")
     baseline_cases = snapshot_case_metrics(snapshot)
     return compare(
         snapshot,
@@ -100,6 +111,7 @@ def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
         recomputed_baseline=recomputed,
         allow_missing_cases=options.allow_missing_cases,
         unknown_gold=unknown_gold(options.kb, [baseline_cases, current.case_metrics]),
+        notes=warnings,
     )
 
 

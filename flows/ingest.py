@@ -10,7 +10,6 @@ which attempt made it, so a caller that evaluated batches of the first attempt d
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,9 +129,12 @@ class Ingest:
     def batches(self) -> Iterator[StagedBatch]:
         try:
             yield from self._batches()
-        except (EOFError, zlib.error, gzip.BadGzipFile) as error:
-            # Python's gzip reports a .gz cut short (EOFError) or damaged (zlib.error) with
-            # errors that are not OSErrors and do not name the file.
+        except (EOFError, zlib.error, OSError) as error:
+            # Python's gzip reports a .gz cut short (EOFError) or damaged (zlib.error), Arrow's
+            # reader either as an OSError without an errno ("Truncated compressed stream");
+            # none names the file. An OSError of the system (a full disk) is not the file's.
+            if isinstance(error, OSError) and (self.cases_file.suffix != ".gz" or error.errno is not None):
+                raise
             raise InputError(f"{self.cases_file}: not a readable gzip file ({error})") from None
 
     def _batches(self) -> Iterator[StagedBatch]:

@@ -10,23 +10,34 @@ import polars as pl
 
 from .. import sql
 from ..transforms.errors import InputError
+from ..transforms.kb_cards import card_problem
 from .artifacts import RunFolder
 from .engine import connect
 
+LISTED_PROBLEMS = 10
+
 
 def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
-    """Temp table kb_cards (id, title) in `con`, checked: every card has a unique id."""
+    """The relation kb_cards (id, title) in `con`: the cards of `kb`, each judged by the rules
+    of transforms/kb_cards.py (in Python, line by line: one verdict per card, whatever the other
+    lines hold); a KB with any bad card is refused naming each by its line."""
     if not kb.is_file():
         raise InputError(f"{kb}: no such knowledge base file")
-    try:
-        con.execute("create or replace temp table kb_cards as " + sql.load("kb_cards"), {"path": str(kb)})
-    except duckdb.Error as error:
-        raise InputError(f"{kb}: not a valid cards.jsonl ({error})") from None
-    ids = con.table("kb_cards").pl()["id"]
-    n_missing = int((ids.is_null() | (ids == "")).sum())
-    n_repeated = ids.drop_nulls().len() - ids.drop_nulls().n_unique()
-    if n_missing or n_repeated:
-        raise InputError(f"{kb}: {n_missing} card(s) without an id, {n_repeated} repeated id(s)")
+    cards, problems, first_line_of = [], [], {}
+    with open(kb, "rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            problem, card = card_problem(line, first_line_of, number)
+            if problem:
+                problems.append(f"{kb}:{number}: {problem}")
+            else:
+                cards.append(card)
+    if problems:
+        shown = "\n".join(problems[:LISTED_PROBLEMS])
+        more = f"\n... and {len(problems) - LISTED_PROBLEMS} more" if len(problems) > LISTED_PROBLEMS else ""
+        raise InputError(f"{kb}: not a valid cards.jsonl ({len(problems)} bad card(s)):\n{shown}{more}")
+    con.register("kb_cards", pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String}))
 
 
 def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:

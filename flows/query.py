@@ -8,7 +8,9 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TextIO
 
 import duckdb
@@ -16,7 +18,7 @@ import duckdb
 from ..transforms.errors import InputError
 from ..transforms.tables import Table, layout_text
 from .views import add_views, naming_damage, read_state
-from .warehouse import Warehouse
+from .warehouse import State, Warehouse
 
 READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 FETCH_ROWS = 10_000
@@ -35,26 +37,63 @@ def read_only_statement(text: str) -> str:
         raise InputError(f"query: give one statement, got {len(statements)}")
     statement = statements[0]
     if statement.type not in READ_STATEMENTS:
-        kind = statement.type.name.replace("_STATEMENT", "").lower()
-        raise InputError(f"query: only read statements (select, explain) run here, got {kind}")
+        raise InputError(f"query: only read statements (select, explain) run here, got {_kind(statement)}")
+    if statement.type == duckdb.StatementType.EXPLAIN and not _explains_a_select(statement.query):
+        # EXPLAIN ANALYZE runs the statement it explains: that one must be a read too.
+        raise InputError("query: explain runs here on a select only")
     return statement.query
 
 
-def sandboxed(warehouse: Warehouse) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection with the warehouse's views that reads only the warehouse."""
-    state = read_state(warehouse)
-    con = duckdb.connect()
-    try:
+def _kind(statement) -> str:
+    return statement.type.name.replace("_STATEMENT", "").lower()
+
+
+def _explains_a_select(query: str) -> bool:
+    """Whether an EXPLAIN statement explains one SELECT: what follows `explain` and its
+    `analyze`, found by DuckDB's own tokenizer (comments skipped), read either as a statement
+    or, when it opens with a bracket, also past that bracket's group (the options of
+    `EXPLAIN (FORMAT json) ...`, or the brackets of `EXPLAIN (SELECT 1)`)."""
+    tokens = duckdb.tokenize(query)
+    words = [(at, kind, query[at:tokens[i + 1][0] if i + 1 < len(tokens) else len(query)].strip())
+             for i, (at, kind) in enumerate(tokens) if kind != duckdb.token_type.comment]
+    i = 1  # words[0] is `explain`
+    if i < len(words) and words[i][2].lower() in ("analyze", "analyse"):
+        i += 1
+    starts = [i]
+    if i < len(words) and words[i][1] == duckdb.token_type.operator and words[i][2].startswith("("):
+        depth = 0
+        for j in range(i, len(words)):
+            if words[j][1] == duckdb.token_type.operator:
+                depth += words[j][2].count("(") - words[j][2].count(")")
+            if depth <= 0:
+                starts.append(j + 1)
+                break
+    for start in starts:
+        if start >= len(words):
+            continue
+        try:
+            explained = duckdb.extract_statements(query[words[start][0]:])
+        except duckdb.Error:
+            continue
+        if len(explained) == 1 and explained[0].type == duckdb.StatementType.SELECT:
+            return True
+    return False
+
+
+@contextmanager
+def sandboxed(warehouse: Warehouse, state: State) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An in-memory connection with the warehouse's views that reads only the warehouse. DuckDB
+    also lets a connection read its spill folder (by default `.tmp` in the working directory,
+    which may hold anything): here that is a folder of its own, empty, removed after."""
+    with tempfile.TemporaryDirectory(prefix="retrieval-eval-query-") as spill, duckdb.connect() as con:
         add_views(con, warehouse, state)
+        con.execute("set temp_directory = $dir", {"dir": spill})
         con.execute("set allowed_directories = $dirs", {"dirs": [str(warehouse.root) + "/"]})
         con.execute("set enable_external_access = false")
         con.execute("set autoinstall_known_extensions = false")
         con.execute("set autoload_known_extensions = false")
         con.execute("set lock_configuration = true")
-    except BaseException:
-        con.close()
-        raise
-    return con
+        yield con
 
 
 def _rows(cursor: duckdb.DuckDBPyConnection) -> Iterator[list[tuple]]:
@@ -70,7 +109,7 @@ def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO =
     """Run one read statement and stream its rows to `out`; returns the number of rows."""
     statement = read_only_statement(text)
     state = read_state(warehouse)
-    with sandboxed(warehouse) as con, naming_damage(warehouse, state):
+    with sandboxed(warehouse, state) as con, naming_damage(warehouse, state):
         try:
             cursor = con.execute(statement)
         except duckdb.Error as error:

@@ -21,6 +21,7 @@ from ..transforms.report import (
     changes,
     diagnostics,
     explorer_data,
+    k_notes,
     kb_warnings,
     run_report,
     run_warnings,
@@ -79,12 +80,15 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         runs = con.sql(sql.load("report_runs")).pl()
         aggregates = con.sql(sql.load("report_aggregates")).pl()
     detailed = runs["run_id"].to_list()[-DETAILED_RUNS:]
+    rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
+    # Both runs are read at the newest's headline k: what changed and the explorer compare them there.
+    k = rows[detailed[-1]]["headline_k"] if detailed else 0
     add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics"))
     with naming_damage(warehouse, state):
-        cases = con.sql(sql.load("report_cases"), params={"ids": detailed}).pl()
+        con.register("computed_case_metrics", computed_case_metrics(con, [r for r in detailed if k not in rows[r]["ks"]], k))
+        cases = con.sql(sql.load("report_cases"), params={"ids": detailed, "k": k}).pl()
         unknown = unknown_gold_counts(con, detailed) if kb else None
         titles = kb_titles(con) if kb else None
-    rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
     reports = [
         run_report(rows[run_id], aggregates,
                    run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown))
@@ -96,18 +100,28 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
     previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
     unknown_ids = None if unknown is None else set(unknown["ids"].explode().drop_nulls().to_list())
+    notes = k_notes(newest, previous, baseline)
     against_previous = None if previous_cases is None else changes(
         newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
-        k=newest.headline_k, unknown_gold=unknown_ids)
+        k=k, unknown_gold=unknown_ids, notes=notes)
     change = against_previous
-    if baseline is not None and baseline["k"] == newest.headline_k:  # else the run before
+    if baseline is not None and baseline["k"] == k:  # else the run before
         change = changes(newest_cases, snapshot_case_metrics(baseline), run_id=newest.run_id,
-                         reference=f"baseline {baseline['run_id']}", k=baseline["k"], unknown_gold=unknown_ids)
+                         reference=f"baseline {baseline['run_id']}", k=k, unknown_gold=unknown_ids)
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
-                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None,
-                             k=newest.headline_k)
+                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)
     return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
-                  explorer=explorer)
+                  explorer=explorer, uncompared=notes if change is None else ())
+
+
+def computed_case_metrics(con: duckdb.DuckDBPyConnection, run_ids: list[str], k: int) -> pl.DataFrame:
+    """The case metrics at `k` of runs evaluated without that cutoff, computed from their
+    `cases` rows by the model that made the stored ones (sql/case_metrics.sql); none (the
+    stored rows' columns) when `run_ids` is empty."""
+    if not run_ids:
+        return con.table("case_metrics").limit(0).pl()
+    of_runs = duckdb.ColumnExpression("run_id").isin(*(duckdb.ConstantExpression(r) for r in run_ids))
+    return con.sql(sql.load("case_metrics"), params={"ks": [k]}).filter(of_runs).pl()
 
 
 def write_report(options: ReportOptions, state: State) -> WrittenReport:

@@ -40,6 +40,8 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from ..transforms.records import json_type_name
+
 if TYPE_CHECKING:
     from jsonschema import ValidationError
     from jsonschema.protocols import Validator
@@ -256,19 +258,12 @@ def _count_of(schema: dict, least: int) -> str:
     return "one " + (re.sub(r"^(a|an) ", "", title) or ("item" if "items" in schema else "entry"))
 
 
-def _type_name(value: object) -> str:
-    for kind, name in ((dict, "object"), (list, "list"), (str, "string"), (bool, "boolean"), (type(None), "null")):
-        if isinstance(value, kind):
-            return name
-    return "number"
-
-
 def _type_got(schema: dict, value: object) -> str:
     """A wrong-typed value as the message shows it: a number where a number of another kind
     belongs (4.5 for an integer, NaN) shows itself, anything else its type."""
     wants_number = any(t in _NUMERIC_TYPES for t in _types(schema))
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
-    return _shown(value) if wants_number and is_number else _type_name(value)
+    return _shown(value) if wants_number and is_number else json_type_name(value)
 
 
 def _shown(value: object) -> str:

@@ -45,6 +45,8 @@ BAD_LINES = {
     "nan_score": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "score": NaN}]}', "not valid JSON"),
     "infinite_score": ('{"case_id": "x", "locale": "en", "category": "g", "retrieved_context": [{"id": "A", "score": 1e999}]}', "score must be finite"),
     "numeric_parent_id": (json.dumps(case("x", [{"id": "A::00", "parent_id": 7}], ["A"])), "parent_id must be a string"),
+    "grade_beyond_64_bits": (json.dumps(case("x", [], None, relevance={"A": 2**70})),
+                             "relevance['A'] must be an integer grade in [0, 9223372036854775807]"),
     "repeated_case_id": (good_line("good"), "case_id 'good' repeats line 1"),
     # What Arrow's reader refuses beyond the types is a rule of the line-by-line pass too.
     "case_id_written_twice": ('{"case_id": "x", "case_id": "y", "locale": "en", "category": "g"}', "field case_id is written twice"),
@@ -151,6 +153,17 @@ def test_empty_cases_file_is_refused(tmp_path):
         (json.dumps({"run_id": "../x", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
         (json.dumps({"run_id": "", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
         (json.dumps({"run_id": "a/b", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4}), "not a safe name"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": []}),
+         "field config must be an object, got list"),
+        (json.dumps({"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": ""}),
+         "field config must be an object, got string"),
+        # what the cases rules refuse on a line is not JSON in a manifest either
+        ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": {"t": NaN}}',
+         r"not valid JSON \(NaN is not a JSON number\)"),
+        ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": {"t": 1e999}}',
+         r"not valid JSON \(1e999 is too large for a number\)"),
+        ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 3, "retrieval_top_k": 5}',
+         r"not valid JSON \(key 'retrieval_top_k' is written twice in one object\)"),
     ],
 )
 def test_bad_manifest_is_refused_before_anything_is_written(tmp_path, manifest, reason):
@@ -269,6 +282,27 @@ def test_a_record_gets_one_verdict_in_a_clean_file_and_beside_a_bad_line(tmp_pat
         verdicts.append(("odd" in loaded, rejected.get(2)))
     assert verdicts[0] == verdicts[1]
     assert verdicts[0][0] is False and verdicts[0][1].startswith("not valid")
+
+
+@pytest.mark.parametrize("allow_rejects", [False, True], ids=["strict", "allow-rejects"])
+def test_a_number_beyond_a_double_in_a_field_the_metrics_ignore_is_loaded_on_every_path(tmp_path, allow_rejects):
+    # JSON has no range for numbers (SPEC 3: any other field is never an error). Arrow's reader
+    # refuses 1e999 wherever it stands, so such a file goes line by line, and its clean copy
+    # must not hold it; beside a bad line the verdicts are the same.
+    big = GOOD.replace('"good"', '"big"')[:-1] + ', "answer_score": 1e999, "x": -1e999}'
+    big_item = json.dumps(case("big-item", [{"id": "A::00", "parent_id": "A", "metadata": {"n": 1}}], ["A"]))
+    big_item = big_item.replace('{"n": 1}', '{"n": 1e999}')
+    for name, neighbours in (("clean", []), ("beside-a-bad-line", ['{"case_id": "x",'])):
+        write_run(tmp_path / name / "runs", "run-a", lines=[GOOD, big, big_item, *neighbours])
+        options = job_options(tmp_path / name / "runs", tmp_path / name / "wh", allow_rejects=allow_rejects)
+        if neighbours and not allow_rejects:
+            with pytest.raises(RejectedRecords) as refused:
+                evaluate(options)
+            assert [r.line for r in refused.value.rejects] == [4]  # the bad line only
+            continue
+        evaluate(options)
+        with reader(tmp_path / name / "wh") as con:
+            assert sorted(r[0] for r in con.execute("select case_id from cases").fetchall()) == ["big", "big-item", "good"]
 
 
 def test_nan_written_inside_text_is_text(tmp_path):

@@ -73,6 +73,12 @@ def test_query_sql_error_is_a_clear_message(sample_run):
     ("select * from read_csv('/etc/passwd')", "Permission Error"),
     ("select * from read_text('{other}')", "Permission Error"),
     ("select 1; select 2", "give one statement, got 2"),
+    # EXPLAIN ANALYZE runs what it explains
+    ("explain analyze copy (select 42 as x) to '{part}' (format parquet)", "explain runs here on a select only"),
+    ("/* a comment */ EXPLAIN (FORMAT json, ANALYZE) copy (select 1) to '{part}'", "explain runs here on a select only"),
+    ("explain analyze drop view runs", "explain runs here on a select only"),
+    # DuckDB lets a connection read its spill folder, `.tmp` of the working directory by default
+    ("select * from read_text('.tmp/outside.txt')", "Permission Error"),
     ("", "no SQL statement given"),
     ("-- only a comment", "no SQL statement given"),
 ])
@@ -82,10 +88,31 @@ def test_query_cannot_harm_or_leak(sample_run, tmp_path, sql, message):
     before = part.read_bytes()
     other = tmp_path / "outside.txt"
     other.write_text("not the warehouse's")
+    (root / ".tmp").mkdir(exist_ok=True)
+    (root / ".tmp" / "outside.txt").write_text("not the warehouse's either")
     result = cli("query", sql.format(part=part, other=other), cwd=root)
     assert result.returncode == 2, result.stdout
     assert message in result.stderr and "Traceback" not in result.stderr
     assert part.read_bytes() == before
+
+
+def test_query_explains_and_profiles_a_select(sample_run):
+    root, _ = sample_run
+    for sql, plan in (("explain select count(*) from runs", "physical_plan"),
+                      ("explain analyze select count(*) from runs", "analyzed_plan")):
+        result = cli("query", sql, cwd=root)
+        assert result.returncode == 0 and plan in result.stdout and "PARQUET_SCAN" in result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("sql", [
+    "EXPLAIN (SELECT 1)", "EXPLAIN ANALYZE (SELECT 1) UNION (SELECT 2)", "EXPLAIN ANALYZE /* a comment */ SELECT 1",
+    "EXPLAIN ANALYZE -- a comment\n SELECT 1", "EXPLAIN (FORMAT JSON) SELECT 1", "explain from runs",
+    "explain analyze with x as (select 1) select * from x",
+])
+def test_query_takes_every_form_of_explain_over_a_select(sql):
+    from retrieval_eval.flows.query import read_only_statement
+
+    assert read_only_statement(sql) == sql
 
 
 def test_query_streams_in_bounded_memory_in_every_format(sample_run, tmp_path):
@@ -118,6 +145,13 @@ def test_run_json_prints_aggregates(sample_run):
     assert hit[0]["n"] == 240 and 0 <= hit[0]["ci_low"] <= hit[0]["mean"] <= hit[0]["ci_high"] <= 1
 
 
+def test_run_quiet_prints_the_report_files_only(sample_run):
+    root, _ = sample_run
+    result = cli("run", "data/runs/2026-11-02-dense", "--quiet", cwd=root)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Report written to data/reports/report.md and data/reports/report.html\n"
+
+
 def test_malformed_record_exits_2_naming_file_line_and_reason(tmp_path):
     good = json.dumps(case("a", [chunk("A::00", "A")], ["A"]))
     write_run(tmp_path / "runs", "run-x", lines=[good, good.replace('"a"', '"b"'), '{"case_id": "c", "locale": "en"'])
@@ -140,18 +174,20 @@ def _damaged(data: bytes) -> bytes:
 
 
 @pytest.mark.parametrize(
-    "spoil, damage",
+    "spoil, damage, n_lines",
     [
-        (_truncated, "Compressed file ended before the end-of-stream marker"),
-        (_damaged, "Error -3 while decompressing"),
-        (lambda data: gzip.decompress(data), "Not a gzipped file"),
+        (_truncated, "Compressed file ended before the end-of-stream marker", 3000),
+        # past the first MiB the cut is met by Arrow's reader, which says it as an OSError
+        (_truncated, "Truncated compressed stream", 40_000),
+        (_damaged, "Error -3 while decompressing", 3000),
+        (lambda data: gzip.decompress(data), "Not a gzipped file", 3000),
     ],
-    ids=["truncated", "damaged", "not-gzip"],
+    ids=["truncated", "truncated-past-a-block", "damaged", "not-gzip"],
 )
-def test_unreadable_gzip_cases_file_exits_2_naming_the_file(tmp_path, spoil, damage):
+def test_unreadable_gzip_cases_file_exits_2_naming_the_file(tmp_path, spoil, damage, n_lines):
     # Python's gzip raises EOFError and zlib.error (not OSErrors) for a .gz cut short or
     # damaged: they must end as a message naming the file, not a traceback, with nothing loaded.
-    lines = [json.dumps(case(f"case-{i:04d}", [chunk(f"C{i}::00", f"C{i}", 0.5)], [f"C{i}"])) for i in range(3000)]
+    lines = [json.dumps(case(f"case-{i:05d}", [chunk(f"C{i}::00", f"C{i}", 0.5)], [f"C{i}"])) for i in range(n_lines)]
     run_dir = write_run(tmp_path / "runs", "run-x", lines=lines)
     data = gzip.compress((run_dir / "cases.jsonl").read_bytes())
     (run_dir / "cases.jsonl").unlink()

@@ -81,7 +81,8 @@ def test_table_markdown_and_html_render_one_model(sample):
 
 @pytest.mark.parametrize("args, message", [
     (["2026-11-02-dense", "nope"], "run 'nope' is not in the warehouse"),
-    (["2026-11-02-dense"], "give at least two runs"),
+    (["2026-11-02-dense"], "only run '2026-11-02-dense' was given; give at least two runs"),
+    (["2026-11-02-dense", "--reference", "2026-11-02-dense"], "(it is also the --reference)"),
     (["2026-11-02-dense", "2026-11-09-hybrid", "--k", "7"], "has no metrics at k=7"),
     (["2026-11-02-dense", "2026-11-09-hybrid", "--metrics", "map"], "expected a comma-separated list"),
 ])

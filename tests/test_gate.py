@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 from builders import case, chunk, cli, evaluate, job_options, write_run
 from retrieval_eval.flows.gating import GateOptions, gate_run, refresh_baseline
 from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.transforms.aggregates import aggregates, slice_partials
+from retrieval_eval.transforms.baseline import AGGREGATE_FIELDS, snapshot_case_metrics
 from retrieval_eval.transforms.gate import suggest_floors
 
 LOCALES = ("en", "es-419")
@@ -159,8 +162,13 @@ def test_refresh_is_byte_identical_from_the_same_run(gate, tmp_path):
 
 
 def test_a_snapshot_the_metric_code_no_longer_reproduces_fails_plainly(gate):
+    # A snapshot as code that scored en-000 a miss would have written it: the case and the
+    # aggregates it enters, which must agree with the cases (the file is refused otherwise).
     snapshot = json.loads(gate.baseline.read_text())
     snapshot["cases"]["en-000"]["hit_at_k"] = 0.0
+    cases_now = snapshot_case_metrics(snapshot).with_columns(pl.lit("base").alias("run_id"), pl.lit(snapshot["k"]).alias("k"))
+    snapshot["aggregates"] = [{key: round(row[key], 10) if isinstance(row[key], float) else row[key] for key in AGGREGATE_FIELDS}
+                              for row in aggregates(slice_partials(cases_now)).iter_rows(named=True)]
     gate.baseline.write_text(json.dumps(snapshot))
     result = gate(cases())
     assert not result.passed
@@ -202,6 +210,49 @@ def test_check_kb_lists_each_offending_case_and_id(tmp_path):
     ]
 
 
+def test_a_bad_kb_is_refused_naming_each_bad_card_by_its_line(tmp_path):
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text("\n".join([
+        '{"id": "card-a", "title": "A"}', '{"id": "card-b", "title": "B"}', "{bad",
+        '{"id": "card-a", "title": "again"}', '{"title": "no id"}', '{"id": "card-z"}', "[1]", "",
+        '{"id": 5, "title": "a number"}', '{"id": "card-c", "title": "C", "id": "card-d"}',
+        '{"id": "card-e", "title": 5}',
+        # fields the rules do not read hold anything, as in a cases file
+        '{"id": "card-f", "title": "F", "size": 1e999, "tags": {"k": 1, "k": 2}}',
+    ]) + "\n")
+    from builders import REPO
+
+    result = cli("check-kb", "--kb", str(kb), cwd=REPO)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[1:] == [
+        f"{kb}:3: not valid JSON (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))",
+        f"{kb}:4: id 'card-a' repeats line 1",
+        f"{kb}:5: card has no id",
+        f"{kb}:6: card 'card-z' has no title",
+        f"{kb}:7: a card is a JSON object, got list",
+        f"{kb}:9: field id must be a non-empty string, got number",
+        f"{kb}:10: field id is written twice",
+        f"{kb}:11: field title of card 'card-e' must be a string, got number",
+    ]
+    assert "auto_detect" not in result.stderr  # DuckDB's advice on its own reader is not ours to give
+
+
+def test_a_kb_card_gets_one_verdict_whatever_the_other_cards_hold(tmp_path):
+    from builders import REPO
+    from retrieval_eval.flows.engine import connect
+    from retrieval_eval.flows.kb import kb_titles, load_kb
+
+    odd = ['{"id": "card-a", "title": "A", "size": 1e999}', '{"id": "card-b", "title": "B", "x": {"k": 1, "k": 2}}']
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text("\n".join(odd) + "\n")
+    with connect() as con:
+        load_kb(con, kb)
+        assert kb_titles(con) == {"card-a": "A", "card-b": "B"}
+    kb.write_text("\n".join([*odd, '{"title": "no id"}']) + "\n")
+    result = cli("check-kb", "--kb", str(kb), cwd=REPO)
+    assert result.returncode == 2 and result.stderr.splitlines()[1:] == [f"{kb}:3: card has no id"]
+
+
 def test_check_kb_passes_on_the_committed_sample(tmp_path):
     from builders import REPO
 
@@ -218,15 +269,34 @@ def test_check_kb_passes_on_the_committed_sample(tmp_path):
     (lambda b: b | {"aggregates": [b["aggregates"][0] | {"metric": "map"}]}, "aggregates[0].metric: must be one of"),
     (lambda b: b | {"extra": 1}, "extra: unknown field"),
     (lambda b: b | {"k": 7}, "has no metrics at k=7"),
+    # the aggregates the gate reads must be those of the snapshot's own cases
+    (lambda b: b | {"aggregates": [a | {"mean": 0.6} if (a["slice"], a["slice_value"], a["metric"]) == (
+        "locale", "en", "hit_at_k") else a for a in b["aggregates"]]},
+     "(locale en hit_at_k).mean: 0.6 where its cases give 0.8"),
+    (lambda b: b | {"aggregates": [a for a in b["aggregates"] if a["slice"] != "locale"]},
+     "aggregates: no entry for locale en hit_at_k, which its cases make"),
+    (lambda b: b | {"aggregates": [*b["aggregates"], b["aggregates"][-1]]}, "written twice"),
+    (lambda b: b | {"relevance_level": 2}, "the baseline counts grades >= 2 as relevant"),
+    (lambda b: json.dumps(b)[:-1] + ', "k": 4}', "key 'k' is written twice in one object"),
 ])
 def test_a_malformed_or_empty_baseline_is_refused_naming_the_field(gate, tmp_path, spoil, message):
     gate(cases())
     spoiled = tmp_path / "spoiled.json"
-    spoiled.write_text(json.dumps(spoil(json.loads(gate.baseline.read_text()))))
+    spoiled_value = spoil(json.loads(gate.baseline.read_text()))
+    spoiled.write_text(spoiled_value if isinstance(spoiled_value, str) else json.dumps(spoiled_value))
     result = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", str(spoiled), cwd=tmp_path)
     assert result.returncode == 2, result.stdout
     assert message in result.stderr and "Traceback" not in result.stderr
     assert "PASS" not in result.stdout
+
+
+def test_a_baseline_whose_run_is_not_in_the_warehouse_says_it_could_not_be_checked(gate, tmp_path):
+    other = Warehouse(tmp_path / "other")
+    write_run(tmp_path / "runs2", "cand", cases(), created_at="2026-11-02T00:00:00Z")
+    evaluate(job_options(tmp_path / "runs2", other.root))
+    result = gate_run(other.state(), "cand", GateOptions(gate.baseline, other.root, 0.05, 0.08, {}))
+    assert result.passed and result.warnings[0] == (
+        "the baseline's run base is not in this warehouse: the snapshot could not be checked against its run recomputed")
 
 
 def test_a_run_without_a_labelled_case_makes_no_baseline(tmp_path):

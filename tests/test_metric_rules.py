@@ -177,8 +177,21 @@ def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(evaluate_cases)
     row = wh.metrics("c", 10)
     assert row["hit_at_k"] == 1.0 and row["k_beyond_depth"] is True
     assert row["precision_at_k"] == pytest.approx(0.1)
-    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("case_metrics"))
+    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("cases").filter(pl.col("n_gold") > 0))
     assert any("k=10 is beyond the deepest capture" in w and "cannot show" in w for w in warnings)
+
+
+def test_rule_2_7_cases_shallower_than_any_k_of_the_sweep_are_warned(evaluate_cases):
+    # Case a captured 2 distinct cards (its sibling chunk X::01 is not a card of its own), b 6:
+    # at k=1 none is shallow; at k=4 (the headline) and k=5 a is; the run's deepest is 6.
+    wh = evaluate_cases([
+        case("a", [chunk("X::00", "X"), chunk("X::01", "X"), chunk("G::00", "G")], ["G"]),
+        case("b", [chunk(f"C{i}::00", f"C{i}") for i in range(6)], ["G"]),
+    ], ks=[1, 5])
+    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("cases").filter(pl.col("n_gold") > 0))
+    assert [w for w in warnings if "captured fewer than" in w] == [
+        "Labelled cases that captured fewer than k distinct cards (sibling chunks or short lists), of 2: "
+        "k=4: 1, k=5: 1; they are scored on what was captured."]
 
 
 def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
@@ -209,7 +222,7 @@ def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
 def test_rule_2_9_vacuous_run_is_flagged(evaluate_cases):
     wh = evaluate_cases([case("a", [], ["A"]), case("b", [], ["B"]), case("u", [chunk("A::00", "A")])])
     assert wh.view("runs")["vacuous"].to_list() == [True]
-    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("case_metrics"))
+    warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("cases").filter(pl.col("n_gold") > 0))
     assert any(w.startswith("VACUOUS RUN") for w in warnings)
 
 

@@ -205,6 +205,71 @@ def test_with_a_baseline_the_changes_are_against_it(sample, tmp_path):
     assert "baseline hit@k" in ["".join(t.itertext()) for t in trend.iter(SVG + "text")]
 
 
+def runs_at_two_headline_ks(runs: Path) -> None:
+    """Two runs that retrieve the very same lists, told apart only by their headline k (3, then
+    5). Gold G sits at rank 1, 2, 4 and 6 of cases c1, c2, c4 and c6: at k=5 three of the four
+    hit in both runs (nothing changed); at k=3 only two do."""
+    cases = [case(f"c{rank}", [chunk(f"N{i}::00", f"N{i}") for i in range(1, rank)] + [chunk("G::00", "G")], ["G"])
+             for rank in (1, 2, 4, 6)]
+    write_run(runs, "older", cases, top_k=3, created_at="2026-11-01T00:00:00Z")
+    write_run(runs, "newer", cases, top_k=5, created_at="2026-11-02T00:00:00Z")
+
+
+@pytest.mark.parametrize("ks", [(), (3, 5)], ids=["each-run-at-its-own-k", "both-at-both-ks"])
+def test_runs_of_different_headline_k_are_compared_at_the_newest_runs_k(tmp_path, ks):
+    runs_at_two_headline_ks(tmp_path / "runs")
+    report = evaluate(job_options(tmp_path / "runs", tmp_path / "wh", ks=ks)).report.report
+    assert report.changes.k == 5
+    hit = report.changes.lines.filter((pl.col("slice") == "all") & (pl.col("metric") == "hit_at_k")).row(0, named=True)
+    assert (hit["reference_mean"], hit["mean"], hit["delta"]) == (0.75, 0.75, 0.0)  # 3 of 4 hit at k=5 in both
+    assert report.changes.flips.height == 0
+    computed = "" if ks else " (its figures at k=5 computed from its stored rankings)"
+    assert report.changes.notes == (f"run older has headline k=3; both runs are compared at k=5{computed}",)
+    assert "  note: " + report.changes.notes[0] in render_terminal(report).splitlines()
+    cases, meta = report.explorer
+    assert cases["flip"].null_count() == cases.height == 4
+    assert dict(zip(cases["case_id"], cases["hit"])) == {"c1": 1, "c2": 1, "c4": 1, "c6": 0}
+
+
+def test_a_baseline_at_another_k_is_said_to_be_left_aside(tmp_path):
+    runs_at_two_headline_ks(tmp_path / "runs")
+    evaluate(job_options(tmp_path / "runs" / "older", tmp_path / "wh"))
+    assert cli("baseline", "refresh", "older", "--warehouse", str(tmp_path / "wh"),
+               "--out", str(tmp_path / "baseline.json")).returncode == 0
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))  # adds the newer run
+    report = report_of(tmp_path / "wh", tmp_path / "rep", baseline=tmp_path / "baseline.json")
+    assert report.changes.reference == "run older"
+    assert report.changes.notes[0] == "baseline older is at k=3, not at this run's headline k=5: compared with the run before instead"
+    # with no run before, the report says the baseline was not compared
+    evaluate(job_options(tmp_path / "runs" / "newer", tmp_path / "wh-newer"))
+    alone = report_of(tmp_path / "wh-newer", tmp_path / "rep-newer", baseline=tmp_path / "baseline.json")
+    assert alone.changes is None
+    assert render_terminal(alone).splitlines()[:2] == [
+        "What changed in newer: nothing to compare, there is no run before it",
+        "  note: baseline older is at k=3, not at this run's headline k=5: not compared"]
+
+
+def test_user_values_cannot_break_a_line_of_the_report_or_become_markdown_html(tmp_path):
+    # The odd case hits in the older run and retrieves nothing in the newer: it flips, and its
+    # category moves most (−1.000), so both reach the first line and the tables.
+    odd = {"case_id": "q</script><b>|x", "locale": "x|y", "category": "c\nd"}
+    def run_cases(hit: bool) -> list[dict]:
+        return [case(odd["case_id"], [chunk("G::00", "G")] if hit else [], ["G"], locale=odd["locale"],
+                     category=odd["category"]),
+                case("plain", [chunk("G::00", "G")], ["G"])]
+    write_run(tmp_path / "runs", "older", run_cases(True), created_at="2026-11-01T00:00:00Z")
+    write_run(tmp_path / "runs", "newer", run_cases(False), created_at="2026-11-02T00:00:00Z")
+    result = evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    first = render_terminal(result.report.report).splitlines()[0]
+    assert first.startswith("What changed in newer since run older: c\\nd hit@4 −1.000")
+    markdown = result.report.markdown.read_text(encoding="utf-8")
+    assert "<script" not in markdown and "<b>" not in markdown and "c\nd" not in markdown
+    flipped = [line for line in markdown.splitlines() if "q&lt;/script>" in line]
+    assert flipped and all(line.startswith("| ") and line.endswith(" |") for line in flipped)
+    assert "| q&lt;/script>&lt;b>\\|x | x\\|y | c\\nd | hit → miss |" in markdown
+    assert f'data-case-id="{odd["case_id"]}"' not in result.report.html.read_text(encoding="utf-8")  # escaped there
+
+
 # ----------------------------------------------------------------------------- runs and detail
 
 

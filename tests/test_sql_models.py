@@ -110,13 +110,19 @@ def test_report_aggregates_keep_the_headline_k_and_slice_all(warehouse_views):
     assert rows == {("new", 4, "locale"), ("new", 1, "all"), ("old", 2, "all")}
 
 
-def test_report_cases_at_the_headline_k_with_the_cases_top_cards(warehouse_views):
+def test_report_cases_at_one_k_with_the_cases_top_cards(warehouse_views):
     con = warehouse_views
     # Run "new" (headline k 4): a hits at rank 2, b first meets gold at rank 6, c never does.
-    con.register("case_metrics", pl.DataFrame({
+    # Run "old" was evaluated at k 2 only: its row at k 4 comes computed, beside the stored.
+    stored = pl.DataFrame({
         "run_id": ["new", "new", "new", "new", "old"], "case_id": ["a", "a", "b", "c", "a"], "k": [4, 1, 4, 4, 2],
         "hit_at_k": [1.0, 0.0, 0.0, 0.0, 1.0], "first_relevant_rank": [2, 2, 6, None, 1],
         "gains_at_k": [[{"rank": 2, "grade": 1}], [], [], [], [{"rank": 1, "grade": 1}]],
+    })
+    con.register("case_metrics", stored)
+    con.register("computed_case_metrics", pl.DataFrame({
+        "run_id": ["old"], "case_id": ["a"], "k": [4], "hit_at_k": [1.0], "first_relevant_rank": [1],
+        "gains_at_k": [[{"rank": 1, "grade": 1}]],
     }))
     seven = [f"P{rank}" for rank in range(1, 8)]
     con.register("cases", pl.DataFrame({
@@ -125,13 +131,18 @@ def test_report_cases_at_the_headline_k_with_the_cases_top_cards(warehouse_views
         "n_retrieved": [9, 7, 7, 1], "top_cards": [["Z", "Y", "W", "V", "U"], seven, seven, ["X"]],
         "n_cards": [5, 7, 7, 1],
     }))
-    rows = {r["case_id"]: r for r in run(con, "report_cases", ids=["new"])}
+    rows = {r["case_id"]: r for r in run(con, "report_cases", ids=["new"], k=4)}
     assert (rows["a"]["k"], rows["a"]["gold"], rows["a"]["question"], rows["a"]["n_retrieved"], rows["a"]["n_cards"]) == (
         4, ["X", "Y"], "q?", 9, 5)
     assert "gains_at_k" not in rows["a"]  # nothing in the report reads it
     # the cards down to k = 4, or down to the first gold card when that is deeper
     assert {case_id: row["cards"] for case_id, row in rows.items()} == {
         "a": ["Z", "Y", "W", "V"], "b": seven[:6], "c": seven[:4]}
+    both = {(r["run_id"], r["case_id"]): (r["k"], r["hit_at_k"], r["cards"])
+            for r in run(con, "report_cases", ids=["new", "old"], k=4)}
+    assert both[("old", "a")] == (4, 1.0, ["X"])  # the computed row; "old" holds one card
+    assert len(both) == 4
+    assert run(con, "report_cases", ids=["old"], k=2)[0]["hit_at_k"] == 1.0  # the stored row at k 2
 
 
 def test_case_metrics_with_gold_at_k(warehouse_views):
@@ -146,7 +157,7 @@ def test_kb_unknown_gold_counts_ids_and_cases(warehouse_views):
         {"run_id": "new", "n_ids": 1, "n_cases": 1, "ids": ["Y"]}]
 
 
-def test_gold_ids_and_kb_cards_read_their_files(tmp_path):
+def test_gold_ids_read_their_file_and_gold_not_in_kb(tmp_path):
     con = duckdb.connect()
     cases = tmp_path / "cases.jsonl"
     cases.write_text("\n".join(json.dumps(r) for r in [
@@ -155,9 +166,6 @@ def test_gold_ids_and_kb_cards_read_their_files(tmp_path):
     ]) + "\n")
     rows = sorted((r["case_id"], r["field"], r["gold_id"]) for r in run(con, "gold_ids", path=str(cases), run_id="r"))
     assert rows == [("a", "must_cite_one_of", "X"), ("b", "relevance", "Y"), ("b", "relevance", "Z")]
-    kb = tmp_path / "cards.jsonl"
-    kb.write_text(json.dumps({"id": "X", "title": "x", "text": "ignored"}) + "\n")
-    assert con.sql(sql.load("kb_cards"), params={"path": str(kb)}).fetchall() == [("X", "x")]
     con.register("gold_ids", pl.DataFrame({"run_id": ["r", "r"], "case_id": ["a", "b"], "field": ["f", "f"],
                                            "gold_id": ["X", "Q"]}))
     con.register("kb_cards", pl.DataFrame({"id": ["X"], "title": ["x"]}))

@@ -624,3 +624,8 @@ def test_trec_run_score_rule_and_ids_a_run_file_cannot_hold(tmp_path):
     refused = cli("export", "run-b", "--format", "trec-run", "--warehouse", str(tmp_path / "warehouse"))
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "run run-b cannot be a TREC run file: case id 'has space'" in refused.stderr
+    # trec_eval -q lines are `measure<TAB>topic<TAB>value`: a topic holding whitespace would
+    # split into more fields (a tab) or read as two words (a space)
+    refused = cli("export", "run-b", "--format", "trec-eval", "--warehouse", str(tmp_path / "warehouse"))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and refused.stdout == ""
+    assert "run run-b cannot be written in trec_eval's -q layout: case id 'has space' (whitespace" in refused.stderr

@@ -70,6 +70,25 @@ def test_a_catalog_rebuilt_from_the_log_equals_the_original(sample):
     assert catalog_views(catalog) == original
 
 
+def test_a_rebuild_over_a_missing_part_names_it_and_the_next_run_heals_it(sample):
+    warehouse = sample / "data" / "warehouse"
+    lost = next((warehouse / "retrieved" / f"run_id={SAMPLE_RUN_IDS[1]}").glob("*.parquet"))
+    lost.unlink()
+    (warehouse / "catalog.duckdb").unlink()
+    named = f"{lost}: part of table retrieved of run {SAMPLE_RUN_IDS[1]} is missing; re-run `retrieval-eval run`"
+    rebuilt = cli("warehouse", "rebuild", cwd=sample)
+    assert rebuilt.returncode == 2 and named in rebuilt.stderr and "Traceback" not in rebuilt.stderr
+    # A reader warns that the catalog was not made, then refuses, each naming the part; never
+    # with DuckDB's text of the view it could not make.
+    queried = cli("query", "select count(*) from runs", cwd=sample)
+    assert queried.returncode == 2 and queried.stderr.count(named) == 2 and "LINE 1" not in queried.stderr
+    assert "catalog.duckdb not made: " in queried.stderr
+    healed = cli("run", cwd=sample)
+    assert healed.returncode == 0, healed.stderr
+    assert cli("warehouse", "rebuild", cwd=sample).returncode == 0
+    assert cli("warehouse", "check", cwd=sample).returncode == 0
+
+
 @pytest.mark.parametrize("spoil", ["garbage", "foreign", "emptied record"])
 def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoil):
     warehouse = sample / "data" / "warehouse"

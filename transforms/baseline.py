@@ -9,11 +9,13 @@ import json
 
 import polars as pl
 
+from .aggregates import aggregates, slice_partials
 from .errors import InputError
 from .metrics import FIRST_RELEVANT_RANK, NAMES
 
 FORMAT_VERSION = 2
 FLOAT_PLACES = 10
+CONSISTENCY_ATOL = 1e-8  # an aggregate and the mean of its cases, each rounded to FLOAT_PLACES
 AGGREGATE_FIELDS = ("slice", "slice_value", "metric", "mean", "n", "ci_low", "ci_high")
 CASE_FIELDS = ("locale", "category", "n_gold", *NAMES, FIRST_RELEVANT_RANK, "n_retrieved")
 
@@ -70,6 +72,35 @@ def snapshot_case_metrics(snapshot: dict) -> pl.DataFrame:
     schema |= {metric: pl.Float64 for metric in NAMES}
     schema |= {FIRST_RELEVANT_RANK: pl.Int64, "n_retrieved": pl.Int64, "gold": pl.List(pl.String)}
     return pl.DataFrame([{"gold": None, "n_retrieved": None, **row} for row in rows], schema=schema)
+
+
+def snapshot_problems(snapshot: dict) -> list[str]:
+    """Where a snapshot's aggregates disagree with its own cases: the gate reads the
+    aggregates, and only the cases are checked against the baseline's run recomputed, so an
+    aggregate edited, dropped or written twice would gate on figures no case supports. Each
+    (slice, value, metric) the cases make must be there once with their mean, n and interval
+    (recomputed by transforms/aggregates.py, within the file's rounding); none other may be."""
+    cases = snapshot_case_metrics(snapshot).with_columns(pl.lit(snapshot["run_id"]).alias("run_id"),
+                                                         pl.lit(snapshot["k"]).alias("k"))
+    expected = {(r["slice"], r["slice_value"], r["metric"]): r
+                for r in aggregates(slice_partials(cases)).iter_rows(named=True)}
+    problems, seen = [], set()
+    for i, row in enumerate(snapshot["aggregates"]):
+        key = (row["slice"], row["slice_value"], row["metric"])
+        where = f"aggregates[{i}] ({' '.join(key)})"
+        if key in seen:
+            problems.append(f"{where}: written twice")
+            continue
+        seen.add(key)
+        want = expected.get(key)
+        if want is None:
+            problems.append(f"{where}: no case of the snapshot is in this slice")
+            continue
+        for field_name in ("mean", "n", "ci_low", "ci_high"):
+            if abs(row[field_name] - want[field_name]) > CONSISTENCY_ATOL:
+                problems.append(f"{where}.{field_name}: {row[field_name]} where its cases give {_round(want[field_name])}")
+    problems += [f"aggregates: no entry for {' '.join(key)}, which its cases make" for key in sorted(expected.keys() - seen)]
+    return problems
 
 
 def baseline_reference(snapshot: dict) -> dict[str, float]:

@@ -23,13 +23,14 @@ class Reject:
 
 
 class RejectedRecords(InputError):
-    """A run holds rejected records and --allow-rejects was not given."""
+    """A run holds rejected records and --allow-rejects was not given (`allow`: how the caller
+    allows them, the flag or the Python API's argument)."""
 
-    def __init__(self, run_id: str, rejects: list[Reject]):
+    def __init__(self, run_id: str, rejects: list[Reject], allow: str = "--allow-rejects"):
         self.run_id = run_id
         self.rejects = rejects
         lines = "\n".join(r.describe() for r in rejects)
         super().__init__(
             f"run {run_id}: {len(rejects)} record(s) rejected, run not loaded "
-            f"(use --allow-rejects to load the valid records):\n{lines}"
+            f"(use {allow} to load the valid records):\n{lines}"
         )

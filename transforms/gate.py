@@ -171,8 +171,10 @@ def compare(
     recomputed_baseline: pl.DataFrame | None = None,
     allow_missing_cases: bool = False,
     unknown_gold: set[str] | None = None,
+    notes: list[str] | None = None,
 ) -> GateResult:
-    """Gate `run` (its aggregates and per-case rows at the snapshot's k) against `snapshot`."""
+    """Gate `run` (its aggregates and per-case rows at the snapshot's k) against `snapshot`;
+    `notes` are the caller's warnings, printed with the gate's own."""
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision {decision!r} (expected one of {', '.join(DECISIONS)})")
     current = {(r["slice"], r["slice_value"], r["metric"]): r for r in current_aggregates.iter_rows(named=True)}
@@ -233,7 +235,7 @@ def compare(
         removed=sorted(baseline_ids - current_ids),
         vacuous=bool(run["vacuous"]),
         reproduction_error=reproduction_error(snapshot, baseline_cases, recomputed_baseline),
-        warnings=detectability_warnings(lines, snapshot["k"]),
+        warnings=[*(notes or []), *detectability_warnings(lines, snapshot["k"])],
         n_rejected=int(run["n_rejected"]),
         allow_missing_cases=allow_missing_cases,
     )

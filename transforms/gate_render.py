@@ -4,6 +4,7 @@ or a pull-request comment, and the JSON document CI posts (transforms/gate.py `g
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 
@@ -19,6 +20,8 @@ from .tables import (
     fmt_p,
     layout_markdown,
     layout_text,
+    markdown_text,
+    printable,
     signed,
 )
 
@@ -67,7 +70,14 @@ def reasons_table(result: GateResult) -> Table:
 
 def _flip_line(flip: dict) -> str:
     rank = "" if flip["reason"] != "below_k" else f", now first at rank {flip['rank_after'] if flip['to'] == 'miss' else flip['rank_before']}"
-    return f"{flip['case_id']} ({flip['locale']}, {flip['category']}): {flip['reason']}{rank}"
+    return printable(f"{flip['case_id']} ({flip['locale']}, {flip['category']}): {flip['reason']}{rank}")
+
+
+def _code_span(text: str) -> str:
+    """`text` as a markdown code span: fenced by one more backtick than its longest run."""
+    text = printable(text)
+    fence = "`" * (1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
 
 
 def render_gate(result: GateResult, colour: bool = False) -> str:
@@ -97,8 +107,8 @@ def render_gate(result: GateResult, colour: bool = False) -> str:
     if result.added or result.removed:
         out.append(f"{len(result.added)} case(s) added since the baseline, {len(result.removed)} removed "
                    "(paired figures use the cases in both)")
-        out += [f"  + {case_id}" for case_id in result.added[:LISTED_FLIPS]]
-        out += [f"  - {case_id}" for case_id in result.removed[:LISTED_FLIPS]]
+        out += [f"  + {printable(case_id)}" for case_id in result.added[:LISTED_FLIPS]]
+        out += [f"  - {printable(case_id)}" for case_id in result.removed[:LISTED_FLIPS]]
     out += [f"note: {warning}" for warning in result.warnings]
     out.append("")
     if result.passed:
@@ -110,7 +120,7 @@ def render_gate(result: GateResult, colour: bool = False) -> str:
             )
     else:
         out.append(red("FAIL"))
-        out += [f"  - {reason}" for reason in result.failures]
+        out += [f"  - {printable(reason)}" for reason in result.failures]
     return "\n".join(out) + "\n"
 
 
@@ -121,12 +131,12 @@ def render_gate_markdown(result: GateResult) -> str:
            f"Run `{result.run_id}` against baseline `{result.baseline_run_id}` at k={result.k}, decision "
            f"`{result.decision}`; {result.n_rejected} rejected record(s) in the run.", ""]
     if not result.passed:
-        out += [f"- {reason}" for reason in result.failures] + [""]
+        out += [f"- {markdown_text(reason)}" for reason in result.failures] + [""]
     out += [layout_markdown(gate_table(result)), ""]
     out += [f"> {warning}" for warning in result.warnings] + ([""] if result.warnings else [])
     for title, flips in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
         out.append(f"**{len(flips)} case(s) flipped {title}**" + (":" if flips else ""))
-        out += [f"- `{f['case_id']}` {_flip_line(f).split(': ', 1)[1]}" for f in flips[:LISTED_FLIPS]]
+        out += [f"- {_code_span(f['case_id'])} {markdown_text(_flip_line(f).split(': ', 1)[1])}" for f in flips[:LISTED_FLIPS]]
         out.append("")
     if result.to_miss:
         out += [layout_markdown(reasons_table(result)), ""]

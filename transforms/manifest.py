@@ -10,6 +10,7 @@ from typing import Any
 
 from .errors import InputError
 from .metrics import MAX_K
+from .records import json_type_name
 
 SAFE_RUN_ID = re.compile(r"[A-Za-z0-9._-]+")
 
@@ -60,9 +61,11 @@ def parse_manifest(data: object, source: str, folder_name: str | None = None) ->
     for name in ("git_sha", "dataset_version"):
         if data.get(name) is not None and not isinstance(data[name], str):
             raise InputError(f"{source}: field {name} must be a string")
-    config = data.get("config") or {}
-    if not isinstance(config, dict):
-        raise InputError(f"{source}: field config must be an object")
+    config = data.get("config")
+    if config is None:
+        config = {}
+    elif not isinstance(config, dict):  # an empty list or text too: what is given must be an object
+        raise InputError(f"{source}: field config must be an object, got {json_type_name(config)}")
     return Manifest(
         run_id=run_id,
         created_at=created_at,

@@ -5,8 +5,9 @@ record it cannot take (flows/ingest.py) are the file's lines judged here, to nam
 record by its line and keep the good ones. Every record these rules accept, the fast pass
 accepts too: what Arrow's reader refuses beyond SPEC 3's types — a field the metrics read
 written twice in one object, an unpaired UTF-16 surrogate escape anywhere — is a rule here as
-well, and a valid line Arrow cannot read as it is (grades as an object, a question that is
-not text) is handed on rewritten (`LineVerdict.clean`).
+well. A valid line Arrow cannot read as it is (grades as an object, a question that is not
+text, a number too large for a double even in a field it would skip) is handed on rewritten
+with only the fields the metrics read (`LineVerdict.clean`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,19 @@ SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # KiB kept in `rejects`), never read whole. The clean copy of the valid lines is then read
 # with Arrow blocks as long as its longest line (see ingest).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
+MAX_GRADE = 2**63 - 1  # grades are 64-bit integers in the warehouse
+# A number that may lie beyond a double (Arrow's reader refuses one wherever it stands): an
+# exponent of three digits or more, or 300 digits in a row. Text that looks so only costs the
+# line a rewrite.
+BEYOND_A_DOUBLE = re.compile(rb"\d[eE]\+?0*[1-9]\d{2}|\d{300}")
 
 
 def _no_constants(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def _type_name(value: object) -> str:
+def json_type_name(value: object) -> str:
+    """The JSON type of a parsed value, as messages name it (list, not array)."""
     for kind, name in ((dict, "object"), (list, "list"), (str, "string"), (bool, "boolean"), (type(None), "null")):
         if isinstance(value, kind):
             return name
@@ -52,6 +59,44 @@ def _object(pairs: list[tuple[str, object]]) -> _Object:
         seen: set[str] = set()
         obj.repeated = frozenset(key for key, _ in pairs if key in seen or seen.add(key))
     return obj
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    obj = _object(pairs)
+    if obj.repeated:
+        raise ValueError(f"key {sorted(obj.repeated)[0]!r} is written twice in one object")
+    return dict(obj)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def strict_json_loads(text: str) -> object:
+    """A whole JSON document the project keeps (a manifest, whose config goes into the `runs`
+    table, a baseline): NaN and Infinity are not JSON, and a number beyond a double or a key
+    written twice in one object (json.loads would keep the last silently) is refused anywhere
+    in it; each raises ValueError, as does nesting deeper than Python's recursion allows."""
+    try:
+        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def parse_json_line(text: str) -> object:
+    """One line of JSON as the record rules read it: NaN and Infinity are not JSON; each object
+    knows the keys written in it more than once (`repeated_keys`). Raises ValueError."""
+    try:
+        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_object)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def repeated_keys(obj: dict) -> frozenset[str]:
+    return getattr(obj, "repeated", frozenset())
 
 
 def _repeated(obj: dict, fields: frozenset[str]) -> str | None:
@@ -85,7 +130,7 @@ def _finite(number: float) -> bool:
 def record_problem(record: object) -> str | None:
     """Why a parsed record is rejected, or None when it is valid."""
     if not isinstance(record, dict):
-        return f"record is a JSON {_type_name(record)}, not an object"
+        return f"record is a JSON {json_type_name(record)}, not an object"
     problem = _repeated(record, RECORD_FIELDS)
     if problem:
         return problem
@@ -93,7 +138,7 @@ def record_problem(record: object) -> str | None:
         if record.get(name) is None:
             return f"missing required field {name}"
         if not isinstance(record[name], str):
-            return f"field {name} must be a string, got {_type_name(record[name])}"
+            return f"field {name} must be a string, got {json_type_name(record[name])}"
         if record[name] == "":
             return f"field {name} is empty"
     for name in GOLD_FIELDS:
@@ -101,10 +146,10 @@ def record_problem(record: object) -> str | None:
         if gold is None:
             continue
         if not isinstance(gold, list):
-            return f"field {name} must be a list of card ids, got {_type_name(gold)}"
+            return f"field {name} must be a list of card ids, got {json_type_name(gold)}"
         for i, card_id in enumerate(gold):
             if not isinstance(card_id, str) or card_id == "":
-                return f"field {name}[{i}] must be a non-empty string, got {_type_name(card_id)}"
+                return f"field {name}[{i}] must be a non-empty string, got {json_type_name(card_id)}"
     problem = _relevance_problem(record.get("relevance"))
     if problem:
         return problem
@@ -112,7 +157,7 @@ def record_problem(record: object) -> str | None:
     if context is None:
         return None
     if not isinstance(context, list):
-        return f"field retrieved_context must be a list, got {_type_name(context)}"
+        return f"field retrieved_context must be a list, got {json_type_name(context)}"
     for i, item in enumerate(context):
         problem = _item_problem(item)
         if problem:
@@ -125,21 +170,21 @@ def _relevance_problem(relevance: object) -> str | None:
     if relevance is None:
         return None
     if not isinstance(relevance, dict):
-        return f"field relevance must be an object of card id to grade, got {_type_name(relevance)}"
+        return f"field relevance must be an object of card id to grade, got {json_type_name(relevance)}"
     repeated = sorted(getattr(relevance, "repeated", frozenset()))
     if repeated:
         return f"field relevance grades card {repeated[0]!r} twice"
     for card_id, grade in relevance.items():
         if card_id == "":
             return "field relevance has an empty card id"
-        if isinstance(grade, bool) or not isinstance(grade, int) or grade < 0:
-            return f"field relevance[{card_id!r}] must be an integer grade >= 0, got {json.dumps(grade)}"
+        if isinstance(grade, bool) or not isinstance(grade, int) or not 0 <= grade <= MAX_GRADE:
+            return f"field relevance[{card_id!r}] must be an integer grade in [0, {MAX_GRADE}], got {json.dumps(grade)}"
     return None
 
 
 def _item_problem(item: object) -> str | None:
     if not isinstance(item, dict):
-        return f"item is a JSON {_type_name(item)}, not an object"
+        return f"item is a JSON {json_type_name(item)}, not an object"
     problem = _repeated(item, ITEM_FIELDS)
     if problem:
         return problem
@@ -147,14 +192,14 @@ def _item_problem(item: object) -> str | None:
     if item_id is None:
         return "item has no id"
     if not isinstance(item_id, str) or item_id == "":
-        return f"field id must be a non-empty string, got {_type_name(item_id)}"
+        return f"field id must be a non-empty string, got {json_type_name(item_id)}"
     parent = item.get("parent_id")
     if parent is not None and not isinstance(parent, str):
-        return f"field parent_id must be a string, got {_type_name(parent)}"
+        return f"field parent_id must be a string, got {json_type_name(parent)}"
     score = item.get("score")
     if score is not None:
         if isinstance(score, bool) or not isinstance(score, int | float):
-            return f"field score must be a number, got {_type_name(score)}"
+            return f"field score must be a number, got {json_type_name(score)}"
         if not _finite(score):
             return f"field score must be finite, got {score}"
     return None
@@ -178,8 +223,8 @@ def judge_line(line: bytes) -> LineVerdict:
     except UnicodeDecodeError as error:
         return LineVerdict(f"not valid UTF-8 ({error.reason} at byte {error.start})")
     try:
-        record = json.loads(text, parse_constant=_no_constants, object_pairs_hook=_object)
-    except (json.JSONDecodeError, ValueError, RecursionError) as error:
+        record = parse_json_line(text)
+    except ValueError as error:  # JSONDecodeError is one
         return LineVerdict(f"not valid JSON ({error})")
     if SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(record):
         return LineVerdict("not valid JSON (an unpaired UTF-16 surrogate escape)")
@@ -190,12 +235,18 @@ def judge_line(line: bytes) -> LineVerdict:
 
 
 def _clean_line(line: bytes, record: dict) -> bytes:
-    """The line as Arrow's reader takes it: grades as a list of {card_id, grade}, and a
-    question or query that is not text left out."""
-    odd_text = [name for name in TEXT_FIELDS if record.get(name) is not None and not isinstance(record[name], str)]
-    if record.get("relevance") is None and not odd_text:
+    """The line as Arrow's reader takes it: as it is, unless it holds what that reader refuses
+    (grades as an object, a question or query that is not text, a number beyond a double in a
+    field the metrics do not read); then the record is written again with only the fields the
+    metrics read, grades as a list of {card_id, grade}, and a question that is not text left out."""
+    odd_text = any(record.get(name) is not None and not isinstance(record[name], str) for name in TEXT_FIELDS)
+    if record.get("relevance") is None and not odd_text and not BEYOND_A_DOUBLE.search(line):
         return line if line.endswith(b"\n") else line + b"\n"
-    clean = {key: value for key, value in record.items() if key not in odd_text}
+    clean = {key: value for key, value in record.items() if key in RECORD_FIELDS
+             and not (key in TEXT_FIELDS and value is not None and not isinstance(value, str))}
+    if record.get("retrieved_context") is not None:
+        clean["retrieved_context"] = [{key: item[key] for key in ITEM_FIELDS if key in item}
+                                      for item in record["retrieved_context"]]
     if record.get("relevance") is not None:
         clean["relevance"] = [{"card_id": card, "grade": grade} for card, grade in record["relevance"].items()]
     return json.dumps(clean, ensure_ascii=False).encode("utf-8") + b"\n"

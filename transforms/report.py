@@ -15,7 +15,7 @@ import polars as pl
 from .comparison import compare_runs
 from .flips import flipped_cases, reasons_by_slice
 from .metrics import GATED, LABELS, NAMES
-from .tables import signed
+from .tables import printable, signed
 
 RECALL_CAVEAT = (
     "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
@@ -69,6 +69,7 @@ class Changes:
     n_shared: int
     n_added: int
     n_removed: int
+    notes: tuple[str, ...] = ()  # what the reader must know to read the figures (the k compared at)
 
     def moved(self, limit: int = MOVED_LINES) -> pl.DataFrame:
         return self.lines.head(limit)
@@ -84,6 +85,7 @@ class Report:
     never_hit: pl.DataFrame  # newest run: labelled cases with no gold card in the whole capture
     entry_ranks: pl.DataFrame  # newest run: first_relevant_rank distribution at the headline k
     explorer: tuple[pl.DataFrame, dict] | None = None  # the case explorer's cases and meta
+    uncompared: tuple[str, ...] = ()  # without changes: why a baseline given was not compared
     charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in the report folder
     notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
 
@@ -129,8 +131,9 @@ def runs_table(runs: pl.DataFrame, aggregates: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
-    """Loud flags of one run: vacuous (SPEC 2.9), nothing labelled, k beyond depth, rejects."""
+def run_warnings(run: dict, labelled_cases: pl.DataFrame) -> list[str]:
+    """Loud flags of one run: vacuous (SPEC 2.9), nothing labelled, k beyond depth at any of
+    its cutoffs (SPEC 2.7: from each labelled case's n_cards, its distinct cards), rejects."""
     warnings = []
     if run["vacuous"]:
         warnings.append(
@@ -139,6 +142,7 @@ def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
         )
     if run["n_labelled"] == 0:
         warnings.append("No labelled cases: nothing in this run can be scored.")
+    shallow = []
     for k in run["ks"]:
         if k > run["max_depth"]:
             warnings.append(
@@ -146,12 +150,14 @@ def run_warnings(run: dict, case_metrics: pl.DataFrame) -> list[str]:
                 f"cards): the run cannot show k={k}; figures at k={k} are computed on what was captured."
             )
             continue
-        shallow = case_metrics.filter((pl.col("k") == k) & pl.col("k_beyond_depth")).height
-        if shallow and k == run["headline_k"]:
-            warnings.append(
-                f"k={k}: {shallow} of {run['n_labelled']} labelled cases captured fewer than {k} "
-                "distinct cards (sibling chunks or short lists); they are scored on what was captured."
-            )
+        n = labelled_cases.filter(pl.col("n_cards") < k).height  # sql/case_metrics.sql's k_beyond_depth
+        if n:
+            shallow.append(f"k={k}: {n}")
+    if shallow:
+        warnings.append(
+            f"Labelled cases that captured fewer than k distinct cards (sibling chunks or short lists), "
+            f"of {run['n_labelled']}: {', '.join(shallow)}; they are scored on what was captured."
+        )
     if run["n_rejected"]:
         warnings.append(f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view).")
     return warnings
@@ -170,7 +176,7 @@ def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
 
 
 def changes(newest_cases: pl.DataFrame, reference_cases: pl.DataFrame, *, run_id: str, reference: str, k: int,
-            unknown_gold: set[str] | None = None) -> Changes:
+            unknown_gold: set[str] | None = None, notes: tuple[str, ...] = ()) -> Changes:
     """What changed from `reference_cases` to `newest_cases` (per-case rows at k: case_id,
     locale, category, the metrics, first_relevant_rank, gold, n_retrieved): the gated metrics
     on all, each locale and each category, compared on the cases both scored."""
@@ -183,7 +189,22 @@ def changes(newest_cases: pl.DataFrame, reference_cases: pl.DataFrame, *, run_id
     flips = flipped_cases(reference_cases, newest_cases, unknown_gold)
     reference_ids, newest_ids = set(reference_cases["case_id"]), set(newest_cases["case_id"])
     return Changes(run_id, reference, k, lines, flips, reasons_by_slice(flips), len(reference_ids & newest_ids),
-                   len(newest_ids - reference_ids), len(reference_ids - newest_ids))
+                   len(newest_ids - reference_ids), len(reference_ids - newest_ids), notes)
+
+
+def k_notes(newest: RunReport, previous: RunReport | None, baseline: dict | None) -> tuple[str, ...]:
+    """What a reader of "what changed" must know when the runs compared were not evaluated at
+    one k: both are compared at the newest run's headline k, and a baseline at another k is
+    left aside for the run before."""
+    k = newest.headline_k
+    notes = []
+    if baseline is not None and baseline["k"] != k:
+        notes.append(f"baseline {baseline['run_id']} is at k={baseline['k']}, not at this run's headline "
+                     f"k={k}: " + ("compared with the run before instead" if previous else "not compared"))
+    if previous is not None and previous.headline_k != k:
+        computed = "" if k in previous.ks else f" (its figures at k={k} computed from its stored rankings)"
+        notes.append(f"run {previous.run_id} has headline k={previous.headline_k}; both runs are compared at k={k}{computed}")
+    return tuple(notes)
 
 
 def diagnostics(case_metrics: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -204,7 +225,7 @@ def headline_of(changes: Changes) -> str:
 
 
 def change_phrase(row: dict, k: int) -> str:
-    where = "all" if row["slice"] == "all" else row["slice_value"]
+    where = "all" if row["slice"] == "all" else printable(row["slice_value"])
     mark = " *" if row["significant"] else ""
     return (f"{where} {LABELS[row['metric']]}@{k} {signed(row['delta'])} "
             f"(95% CI {signed(row['ci_low'])} … {signed(row['ci_high'])}){mark}")

@@ -29,6 +29,7 @@ from .tables import (
     layout_html,
     layout_markdown,
     layout_text,
+    markdown_text,
 )
 
 TERMINAL_SLICES = ("all", "locale", "category")
@@ -153,6 +154,7 @@ def changes_summary(changes: Changes) -> list[str]:
     lines.append(f"  {to_miss} case(s) flipped hit → miss" + (f" ({why})" if why else "")
                  + f", {to_hit} miss → hit; {changes.n_shared} cases compared"
                  + (f", {changes.n_added} added, {changes.n_removed} removed" if changes.n_added or changes.n_removed else ""))
+    lines += [f"  note: {note}" for note in changes.notes]
     return lines
 
 
@@ -172,7 +174,7 @@ def render_terminal(report: Report, colour: bool = False) -> str:
         out += [bold(summary[0]), *summary[1:], ""]
         out += [indent(layout_text(changes_table(report.changes, limit=6))), ""]
     elif report.newest is not None:
-        out += [bold(nothing_to_compare(report.newest)), ""]
+        out += [bold(nothing_to_compare(report.newest)), *[f"  note: {note}" for note in report.uncompared], ""]
     total = report.runs.height
     shown = min(total, TERMINAL_RUNS)
     title = f"retrieval-eval — {total} run(s), headline figures on all labelled cases"
@@ -226,7 +228,8 @@ def report_blocks(report: Report) -> list[Block]:
                              + _listed(report.changes.flips.height, "hit_at_k of both runs differs")),
                        Block("table", table=flips_table(report.changes))]
     elif report.newest is not None:
-        blocks += [Block("heading", "What changed"), Block("text", nothing_to_compare(report.newest))]
+        blocks += [Block("heading", "What changed"), Block("text", nothing_to_compare(report.newest)),
+                   *[Block("text", f"note: {note}") for note in report.uncompared]]
     warnings = [w for run in (report.newest,) if run for w in run.warnings]
     if warnings:
         blocks.append(Block("heading", "Warnings"))
@@ -279,13 +282,13 @@ def render_markdown(report: Report, with_images: bool = True) -> str:
     out = []
     for block in report_blocks(report):
         if block.kind == "heading":
-            out.append("#" * block.level + " " + block.text)
+            out.append("#" * block.level + " " + markdown_text(block.text))
         elif block.kind == "text":
-            out.append(block.text)
+            out.append(markdown_text(block.text))
         elif block.kind == "note":
-            out.append(f"> {block.text}")
+            out.append(f"> {markdown_text(block.text)}")
         elif block.kind == "warning":
-            out.append(f"> **Warning:** {block.text}")
+            out.append(f"> **Warning:** {markdown_text(block.text)}")
         elif block.kind == "table":
             out.append(layout_markdown(block.table))
         elif block.kind == "images" and with_images and any(name in report.charts for name in block.images):

@@ -4,7 +4,8 @@ renderings cannot disagree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from html import escape
 
 GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
@@ -34,8 +35,27 @@ def fmt_p(value: float | None) -> str:
     return "<0.001" if value < 0.001 else f"{value:.3f}"
 
 
+# Control characters of user values (a newline in a category, a tab in a case id) shown as
+# escapes: one of them would break a line of the terminal or a row of a markdown table.
+_VISIBLE_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]} | {
+    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
+# What markdown would read as HTML: a tag (a case id `<script>`) or an entity (`&amp;`); `<` and
+# `&` before anything else (`<0.001`) are text already.
+_MARKDOWN_HTML = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])")
+
+
+def printable(text: str) -> str:
+    return text.translate(_VISIBLE_CONTROLS)
+
+
+def markdown_text(text: str) -> str:
+    """`text` as markdown shows it: control characters as escapes, HTML's characters as entities."""
+    return _MARKDOWN_HTML.sub(lambda m: "&lt;" if m.group() == "<" else "&amp;", text.translate(_VISIBLE_CONTROLS))
+
+
 def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = None) -> str:
     """Aligned columns; `colour_cells` maps (row, column) to an ANSI colour."""
+    table = replace(table, header=[printable(h) for h in table.header], rows=[[printable(c) for c in row] for row in table.rows])
     widths = [len(h) for h in table.header]
     for row in table.rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -54,7 +74,7 @@ def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = 
 
 def layout_markdown(table: Table) -> str:
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(markdown_text(c).replace("|", "\\|") for c in cells) + " |"
 
     aligns = ["---" if i < table.align_right_from else "---:" for i in range(len(table.header))]
     return "\n".join([line(table.header), line(aligns)] + [line(r) for r in table.rows])

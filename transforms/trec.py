@@ -389,6 +389,14 @@ def trec_run_text(cards: pl.DataFrame, tag: str) -> str:
     ).write_csv(separator=" ", include_header=False, quote_style="never", float_precision=None)
 
 
+def unwritable_topics(case_ids: pl.Series, limit: int = 5) -> list[str]:
+    """The first case ids (in byte order) that cannot be one field of a `trec_eval -q` line:
+    those holding whitespace (C isspace: what the layout's readers split on), and `all`, the
+    topic of its summary lines."""
+    holding = case_ids.filter(case_ids.str.contains(r"[ \t\n\v\f\r]") | (case_ids == "all")).unique().to_list()
+    return sorted(holding, key=str.encode)[:limit]
+
+
 def trec_eval_q_text(case_metrics: pl.DataFrame, k: int, run_id: str) -> str:
     """Per-case metrics at cutoff `k` as `trec_eval -q` prints them: for each case in byte
     order of case_id, our metrics in trec_eval's print order under their trec_eval names
