@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..transforms.baseline import dumps, snapshot_problems
-from ..transforms.errors import InputError
+from ..transforms.errors import InputError, first_lines
 from .artifacts import read_json_file
 from .schemas import validate
 
@@ -18,10 +18,9 @@ def read_baseline(path: Path) -> dict:
     problems = validate(snapshot, "baseline")
     problems = problems or snapshot_problems(snapshot)  # its figures, once its shape holds
     if problems:
-        shown = "\n".join(f"{path}: {problem}" for problem in problems[:LISTED_PROBLEMS])
-        more = f"\n... and {len(problems) - LISTED_PROBLEMS} more" if len(problems) > LISTED_PROBLEMS else ""
         raise InputError(
-            f"{path}: not a valid baseline snapshot (`retrieval-eval schema baseline` prints its schema):\n{shown}{more}"
+            f"{path}: not a valid baseline snapshot (`retrieval-eval schema baseline` prints its schema):\n"
+            + first_lines([f"{path}: {problem}" for problem in problems], LISTED_PROBLEMS)
         )
     return snapshot
 

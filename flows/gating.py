@@ -81,11 +81,11 @@ def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
     warehouse = Warehouse(options.warehouse)
     snapshot = read_baseline(options.baseline)
     current = read_run(warehouse, state, run_id, snapshot["k"])
-    level = snapshot.get("relevance_level") or 1
-    if (current.run.get("relevance_level") or 1) != level:
+    level, run_level = snapshot.get("relevance_level") or 1, current.run.get("relevance_level") or 1
+    if run_level != level:
         raise InputError(
             f"{options.baseline}: the baseline counts grades >= {level} as relevant, run {run_id!r} was evaluated "
-            f"with --relevance-level {current.run.get('relevance_level') or 1}: its gold is not the baseline's; "
+            f"with --relevance-level {run_level}: its gold is not the baseline's; "
             f"re-run it with --relevance-level {level}, or refresh the baseline"
         )
     recomputed = None

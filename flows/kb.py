@@ -9,7 +9,7 @@ import duckdb
 import polars as pl
 
 from .. import sql
-from ..transforms.errors import InputError
+from ..transforms.errors import InputError, first_lines
 from ..transforms.kb_cards import card_problem
 from .artifacts import RunFolder
 from .engine import connect
@@ -34,9 +34,8 @@ def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
             else:
                 cards.append(card)
     if problems:
-        shown = "\n".join(problems[:LISTED_PROBLEMS])
-        more = f"\n... and {len(problems) - LISTED_PROBLEMS} more" if len(problems) > LISTED_PROBLEMS else ""
-        raise InputError(f"{kb}: not a valid cards.jsonl ({len(problems)} bad card(s)):\n{shown}{more}")
+        raise InputError(f"{kb}: not a valid cards.jsonl ({len(problems)} bad card(s)):\n"
+                         + first_lines(problems, LISTED_PROBLEMS))
     con.register("kb_cards", pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String}))
 
 

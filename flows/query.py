@@ -37,15 +37,12 @@ def read_only_statement(text: str) -> str:
         raise InputError(f"query: give one statement, got {len(statements)}")
     statement = statements[0]
     if statement.type not in READ_STATEMENTS:
-        raise InputError(f"query: only read statements (select, explain) run here, got {_kind(statement)}")
+        kind = statement.type.name.replace("_STATEMENT", "").lower()
+        raise InputError(f"query: only read statements (select, explain) run here, got {kind}")
     if statement.type == duckdb.StatementType.EXPLAIN and not _explains_a_select(statement.query):
         # EXPLAIN ANALYZE runs the statement it explains: that one must be a read too.
         raise InputError("query: explain runs here on a select only")
     return statement.query
-
-
-def _kind(statement) -> str:
-    return statement.type.name.replace("_STATEMENT", "").lower()
 
 
 def _explains_a_select(query: str) -> bool:

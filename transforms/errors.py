@@ -22,6 +22,12 @@ class Reject:
         return f"{self.source_file}:{self.line}: {self.reason}"
 
 
+def first_lines(lines: list[str], limit: int) -> str:
+    """The first `limit` of `lines`, one a line, then how many more there are."""
+    more = f"\n... and {len(lines) - limit} more" if len(lines) > limit else ""
+    return "\n".join(lines[:limit]) + more
+
+
 class RejectedRecords(InputError):
     """A run holds rejected records and --allow-rejects was not given (`allow`: how the caller
     allows them, the flag or the Python API's argument)."""

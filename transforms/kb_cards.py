@@ -4,7 +4,7 @@ whatever it holds. flows/kb.py reads the file and loads the cards these rules ac
 
 from __future__ import annotations
 
-from .records import json_type_name, parse_json_line, repeated_keys
+from .records import json_type_name, parse_json_line, written_twice
 
 READ_FIELDS = frozenset(("id", "title"))
 
@@ -18,9 +18,9 @@ def card_problem(line: bytes, first_line_of: dict[str, int], number: int) -> tup
         return f"not valid JSON ({error})", None
     if not isinstance(card, dict):
         return f"a card is a JSON object, got {json_type_name(card)}", None
-    repeated = sorted(repeated_keys(card) & READ_FIELDS)
+    repeated = written_twice(card, READ_FIELDS)
     if repeated:
-        return f"field {repeated[0]} is written twice", None
+        return repeated, None
     card_id, title = card.get("id"), card.get("title")
     if card_id is None:
         return "card has no id", None

@@ -75,31 +75,30 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def strict_json_loads(text: str) -> object:
-    """A whole JSON document the project keeps (a manifest, whose config goes into the `runs`
-    table, a baseline): NaN and Infinity are not JSON, and a number beyond a double or a key
-    written twice in one object (json.loads would keep the last silently) is refused anywhere
-    in it; each raises ValueError, as does nesting deeper than Python's recursion allows."""
+def _loads(text: str, **hooks) -> object:
+    """json.loads without NaN and Infinity (not JSON), and with nesting deeper than Python's
+    recursion allows as the ValueError every other refusal is."""
     try:
-        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_unique_keys, parse_float=_finite_float)
+        return json.loads(text, parse_constant=_no_constants, **hooks)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def strict_json_loads(text: str) -> object:
+    """A whole JSON document the project keeps (a manifest, whose config goes into the `runs`
+    table, a baseline): a number beyond a double or a key written twice in one object (json.loads
+    would keep the last silently) is refused anywhere in it, as NaN and Infinity are."""
+    return _loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float)
 
 
 def parse_json_line(text: str) -> object:
-    """One line of JSON as the record rules read it: NaN and Infinity are not JSON; each object
-    knows the keys written in it more than once (`repeated_keys`). Raises ValueError."""
-    try:
-        return json.loads(text, parse_constant=_no_constants, object_pairs_hook=_object)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
+    """One line of JSON as the record rules read it: each object knows the keys written in it
+    more than once (`written_twice`). Raises ValueError."""
+    return _loads(text, object_pairs_hook=_object)
 
 
-def repeated_keys(obj: dict) -> frozenset[str]:
-    return getattr(obj, "repeated", frozenset())
-
-
-def _repeated(obj: dict, fields: frozenset[str]) -> str | None:
+def written_twice(obj: dict, fields: frozenset[str]) -> str | None:
+    """Why `obj` (parsed by `parse_json_line`) is refused when one of `fields` is written twice in it."""
     repeated = sorted(getattr(obj, "repeated", frozenset()) & fields)
     return f"field {repeated[0]} is written twice" if repeated else None
 
@@ -131,7 +130,7 @@ def record_problem(record: object) -> str | None:
     """Why a parsed record is rejected, or None when it is valid."""
     if not isinstance(record, dict):
         return f"record is a JSON {json_type_name(record)}, not an object"
-    problem = _repeated(record, RECORD_FIELDS)
+    problem = written_twice(record, RECORD_FIELDS)
     if problem:
         return problem
     for name in REQUIRED_TEXT_FIELDS:
@@ -185,7 +184,7 @@ def _relevance_problem(relevance: object) -> str | None:
 def _item_problem(item: object) -> str | None:
     if not isinstance(item, dict):
         return f"item is a JSON {json_type_name(item)}, not an object"
-    problem = _repeated(item, ITEM_FIELDS)
+    problem = written_twice(item, ITEM_FIELDS)
     if problem:
         return problem
     item_id = item.get("id")
@@ -239,11 +238,10 @@ def _clean_line(line: bytes, record: dict) -> bytes:
     (grades as an object, a question or query that is not text, a number beyond a double in a
     field the metrics do not read); then the record is written again with only the fields the
     metrics read, grades as a list of {card_id, grade}, and a question that is not text left out."""
-    odd_text = any(record.get(name) is not None and not isinstance(record[name], str) for name in TEXT_FIELDS)
+    odd_text = [name for name in TEXT_FIELDS if record.get(name) is not None and not isinstance(record[name], str)]
     if record.get("relevance") is None and not odd_text and not BEYOND_A_DOUBLE.search(line):
         return line if line.endswith(b"\n") else line + b"\n"
-    clean = {key: value for key, value in record.items() if key in RECORD_FIELDS
-             and not (key in TEXT_FIELDS and value is not None and not isinstance(value, str))}
+    clean = {key: value for key, value in record.items() if key in RECORD_FIELDS and key not in odd_text}
     if record.get("retrieved_context") is not None:
         clean["retrieved_context"] = [{key: item[key] for key in ITEM_FIELDS if key in item}
                                       for item in record["retrieved_context"]]
