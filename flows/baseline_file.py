@@ -1,11 +1,14 @@
 """The baseline file on disk: read and checked against its published JSON Schema (a malformed
-or empty snapshot is exit 2 naming the field, never a pass), and written whole or not at all."""
+or empty snapshot is exit 2 naming the field, never a pass), and written whole or not at all.
+A job reads it once, before any work, and hands the checked `Baseline` to its report and gate."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..transforms.baseline import dumps, snapshot_problems
+import polars as pl
+
+from ..transforms.baseline import dumps, snapshot_case_metrics, snapshot_problems
 from ..transforms.errors import InputError, first_lines
 from .artifacts import read_json_file
 from .schemas import validate
@@ -13,16 +16,31 @@ from .schemas import validate
 LISTED_PROBLEMS = 20
 
 
-def read_baseline(path: Path) -> dict:
+class Baseline:
+    """A checked snapshot: where it was read, the file's document and its cases as a frame
+    (snapshot_case_metrics). A plain class, not a dataclass, so that Prefect, handed one as a
+    task's input, does not walk the document's every case looking for futures."""
+
+    __slots__ = ("path", "snapshot", "cases")
+
+    def __init__(self, path: Path, snapshot: dict, cases: pl.DataFrame) -> None:
+        self.path, self.snapshot, self.cases = path, snapshot, cases
+
+    def __repr__(self) -> str:
+        return f"Baseline({str(self.path)!r}, run {self.snapshot['run_id']!r}, k={self.snapshot['k']})"
+
+
+def read_baseline(path: Path) -> Baseline:
     snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`")
     problems = validate(snapshot, "baseline")
-    problems = problems or snapshot_problems(snapshot)  # its figures, once its shape holds
+    cases = None if problems else snapshot_case_metrics(snapshot)
+    problems = problems or snapshot_problems(snapshot, cases)  # its figures, once its shape holds
     if problems:
         raise InputError(
             f"{path}: not a valid baseline snapshot (`retrieval-eval schema baseline` prints its schema):\n"
             + first_lines([f"{path}: {problem}" for problem in problems], LISTED_PROBLEMS)
         )
-    return snapshot
+    return Baseline(path, snapshot, cases)
 
 
 def write_baseline(snapshot: dict, path: Path) -> None:

@@ -403,6 +403,7 @@ def run_with_prefect(args: argparse.Namespace) -> int:
 def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_before: int) -> int:
     """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
 
+    from .baseline_file import read_baseline
     from .job import InProcess
     from .reports import ReportOptions
 
@@ -412,14 +413,15 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
     committed = state.version > version_before
     steps = InProcess()
     try:
+        baseline = read_baseline(options.gate.baseline) if options.gate and committed else None
         report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, options.kb, options.charts,
-                                                   options.gate.baseline if options.gate and committed else None))
+                                                   baseline))
         gate = None
-        if committed and options.gate is not None:
+        if baseline is not None:
             from .artifacts import load_run_folders
 
             newest = max(load_run_folders(options.runs), key=lambda f: (f.manifest.created_at_utc, f.run_id)).run_id
-            gate = steps.gate(state, newest, options.gate)
+            gate = steps.gate(state, newest, options.gate, baseline)
     finally:
         steps.close()
     from .job import JobResult
@@ -464,12 +466,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
         render_gate_json,
         render_gate_markdown,
     )
+    from .baseline_file import read_baseline
     from .gating import gate_run
     from .views import read_state
     from .warehouse import Warehouse
 
     options = gate_options(args, args.baseline)
-    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options)
+    baseline = read_baseline(args.baseline)
+    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline)
     if args.format == "json":
         sys.stdout.write(render_gate_json(result))
     elif args.format == "markdown":
@@ -493,7 +497,7 @@ def cmd_baseline_floors(args: argparse.Namespace) -> int:
     from ..transforms.gate import suggest_floors
     from .baseline_file import read_baseline
 
-    snapshot = read_baseline(args.baseline)
+    snapshot = read_baseline(args.baseline).snapshot
     floors = suggest_floors(snapshot, args.margin)
     print(f"# observed on `all` in {snapshot['run_id']} at k={snapshot['k']}, minus {args.margin}")
     print(f"--min-hit {floors['hit_at_k']:.2f} --min-recall {floors['recall_at_k']:.2f}")

@@ -8,11 +8,11 @@ from pathlib import Path
 import polars as pl
 
 from .. import __version__, sql
-from ..transforms.baseline import build_snapshot, snapshot_case_metrics
+from ..transforms.baseline import build_snapshot, relevance_level, relevance_mismatch
 from ..transforms.errors import InputError
 from ..transforms.gate import GateResult, compare
 from . import config
-from .baseline_file import read_baseline, write_baseline
+from .baseline_file import Baseline, write_baseline
 from .engine import connect
 from .kb import kb_titles, load_kb
 from .views import naming_damage, open_reader, read_state
@@ -77,17 +77,15 @@ def refresh_baseline(warehouse: Warehouse, run_id: str, out: Path) -> dict:
     return snapshot
 
 
-def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
+def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateResult:
+    """Run `run_id` against `baseline` (read from options.baseline by read_baseline)."""
     warehouse = Warehouse(options.warehouse)
-    snapshot = read_baseline(options.baseline)
+    snapshot = baseline.snapshot
     current = read_run(warehouse, state, run_id, snapshot["k"])
-    level, run_level = snapshot.get("relevance_level") or 1, current.run.get("relevance_level") or 1
-    if run_level != level:
-        raise InputError(
-            f"{options.baseline}: the baseline counts grades >= {level} as relevant, run {run_id!r} was evaluated "
-            f"with --relevance-level {run_level}: its gold is not the baseline's; "
-            f"re-run it with --relevance-level {level}, or refresh the baseline"
-        )
+    mismatch = relevance_mismatch(snapshot, run_id, current.run.get("relevance_level"))
+    if mismatch is not None:
+        raise InputError(f"{baseline.path}: {mismatch}; re-run it with --relevance-level {relevance_level(snapshot)}, "
+                         "or refresh the baseline")
     recomputed = None
     baseline_run = snapshot["run_id"]
     warnings = []
@@ -96,7 +94,7 @@ def gate_run(state: State, run_id: str, options: GateOptions) -> GateResult:
     else:
         warnings.append(f"the baseline's run {baseline_run} is not in this warehouse: the snapshot could not be "
                         "checked against its run recomputed")
-    baseline_cases = snapshot_case_metrics(snapshot)
+    baseline_cases = baseline.cases
     return compare(
         snapshot,
         current.run,
@@ -122,6 +120,6 @@ def unknown_gold(kb: Path | None, cases: list[pl.DataFrame]) -> set[str] | None:
     with connect() as con:
         load_kb(con, kb)
         titles = kb_titles(con)
-    gold = {card for frame in cases for ids in frame["gold"].drop_nulls() for card in ids}
+    gold = pl.concat([frame.select(pl.col("gold").explode()) for frame in cases])["gold"].drop_nulls().unique()
     return {card for card in gold if card not in titles}
 

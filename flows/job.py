@@ -1,6 +1,7 @@
 """The main job, written once (SPEC 5 `run`):
 
-    lock → plan every run → ingest, evaluate and finish each → one commit → report → gate
+    read the baseline → lock → plan every run → ingest, evaluate and finish each → one commit
+    → report → gate
 
 An executor runs the steps: `InProcess` here (one streaming read per run, its batches
 evaluated as they are parsed, nothing staged on disk), or Prefect tasks on a thread pool or a
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 from ..transforms.errors import InputError, RejectedRecords
 from . import config
 from .artifacts import RunFolder, load_run_folders
+from .baseline_file import Baseline, read_baseline
 from .case_file import Prefetch
 from .catalog import refresh_catalog
 from .engine import connect
@@ -80,7 +82,7 @@ class Steps(Protocol):
     def evaluate(self, plan: RunPlan, batch: Any, txn: TxnRef) -> Any: ...
     def finish(self, plan: RunPlan, ingest: Any, evaluated: list[Any], txn: TxnRef) -> Outcome: ...
     def report(self, state: State, options: ReportOptions) -> WrittenReport: ...
-    def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome: ...
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome: ...
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None: ...
     def settle(self, handles: list[Any]) -> None: ...
 
@@ -105,6 +107,7 @@ def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
 
 def run_job(options: JobOptions, steps: Steps) -> JobResult:
     folders = sources(options)
+    baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
     # TREC docnos are not cards: the default KB is for run folders, a KB given is checked.
     kb = resolve_kb(options.kb) if options.trec_run is None or options.kb is not None else None
     warehouse = Warehouse(options.warehouse)
@@ -150,12 +153,11 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
     if refused:
         raise RejectedRecords(", ".join(o.run_id for o in refused), [r for o in refused for r in o.rejects])
-    report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts,
-                                               options.gate.baseline if options.gate else None))
+    report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
     gate = None
     if options.gate is not None:
         newest = max(folders, key=lambda folder: (folder.manifest.created_at_utc, folder.run_id)).run_id
-        gate = steps.gate(state, newest, options.gate)
+        gate = steps.gate(state, newest, options.gate, baseline)
     steps.publish(report, gate)
     return JobResult(outcomes, state, report, gate)
 
@@ -191,8 +193,8 @@ class InProcess:
         self.prefetch.close()  # a read no ingest took (its run stood) stops parsing now
         return write_report(options, state)
 
-    def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome:
-        return gate_run(state, run_id, options)
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
+        return gate_run(state, run_id, options, baseline)
 
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
         """Nothing to publish in this process: the report files are the output."""

@@ -35,6 +35,7 @@ from ..transforms.gate_render import gate_table, render_gate_markdown
 from ..transforms.metrics import NAMES
 from ..transforms.report_render import render_markdown
 from . import config
+from .baseline_file import Baseline
 from .engine import THREADS_ENV, write_parquet
 from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
 from .gating import GateOptions, GateOutcome, floors_from, gate_run
@@ -129,8 +130,8 @@ def report_task(state: State, options: ReportOptions) -> WrittenReport:
 
 
 @task(name="gate", cache_policy=NO_CACHE)
-def gate_task(state: State, run_id: str, options: GateOptions) -> GateOutcome:
-    return gate_run(state, run_id, options)
+def gate_task(state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
+    return gate_run(state, run_id, options, baseline)
 
 
 class PrefectSteps:
@@ -157,8 +158,8 @@ class PrefectSteps:
     def report(self, state: State, options: ReportOptions) -> WrittenReport:
         return report_task(state, options)
 
-    def gate(self, state: State, run_id: str, options: GateOptions) -> GateOutcome:
-        return gate_task(state, run_id, options)
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
+        return gate_task(state, run_id, options, baseline)
 
     def settle(self, handles: list[PrefectFuture]) -> None:
         """Tasks queued on this process's threads are cancelled (they never start); the ones

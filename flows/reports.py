@@ -14,10 +14,11 @@ import duckdb
 import polars as pl
 
 from .. import sql
-from ..transforms.baseline import baseline_reference, snapshot_case_metrics
+from ..transforms.baseline import baseline_reference
 from ..transforms.charts_of_report import draw_charts
 from ..transforms.report import (
     Report,
+    baseline_set_aside,
     changes,
     diagnostics,
     explorer_data,
@@ -28,7 +29,7 @@ from ..transforms.report import (
     runs_table,
 )
 from ..transforms.report_render import render_html, render_markdown
-from .baseline_file import read_baseline
+from .baseline_file import Baseline
 from .engine import connect, ordered_map, written_aside
 from .kb import kb_titles, load_kb, unknown_gold_counts
 from .summary import summary_files
@@ -44,7 +45,7 @@ class ReportOptions:
     report_dir: Path
     kb: Path | None = None
     charts: bool = True
-    baseline: Path | None = None
+    baseline: Baseline | None = None  # read once by the job (flows/baseline_file.py)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def explorer_assets() -> tuple[str, str]:
 
 
 def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: bool,
-                baseline: dict | None) -> Report:
+                baseline: Baseline | None) -> Report:
     """The report model of every run in `state` (`con` holds kb_cards when `kb`)."""
     summary = summary_files(warehouse, state)
     if summary is None:
@@ -100,14 +101,16 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
     previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
     unknown_ids = None if unknown is None else set(unknown["ids"].explode().drop_nulls().to_list())
-    notes = k_notes(newest, previous, baseline)
+    snapshot = baseline.snapshot if baseline is not None else None
+    set_aside = snapshot and baseline_set_aside(snapshot, newest, rows[newest.run_id].get("relevance_level"))
+    notes = k_notes(newest, previous, set_aside)
     against_previous = None if previous_cases is None else changes(
         newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
         k=k, unknown_gold=unknown_ids, notes=notes)
     change = against_previous
-    if baseline is not None and baseline["k"] == k:  # else the run before
-        change = changes(newest_cases, snapshot_case_metrics(baseline), run_id=newest.run_id,
-                         reference=f"baseline {baseline['run_id']}", k=k, unknown_gold=unknown_ids)
+    if snapshot is not None and set_aside is None:  # else the run before
+        change = changes(newest_cases, baseline.cases, run_id=newest.run_id,
+                         reference=f"baseline {snapshot['run_id']}", k=k, unknown_gold=unknown_ids)
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
                              titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)
     return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
@@ -128,12 +131,13 @@ def write_report(options: ReportOptions, state: State) -> WrittenReport:
     """Read the report of `state` and write it to `options.report_dir`; nothing is written
     unless every read succeeds."""
     warehouse = Warehouse(options.warehouse)
-    baseline = read_baseline(options.baseline) if options.baseline else None
+    baseline = options.baseline
     with connect() as con:
         if options.kb is not None:
             load_kb(con, options.kb)  # a bad KB stops here, before anything is drawn or written
         report = read_report(con, warehouse, state, options.kb is not None, baseline)
-    images = draw_charts(report, baseline_reference(baseline) if baseline else None) if options.charts else {}
+    reference = baseline_reference(baseline.snapshot) if baseline else None
+    images = draw_charts(report, reference) if options.charts else {}
     return write_files(report, options.report_dir, images)
 
 

@@ -32,7 +32,6 @@ counts 4.0), and a number must be finite (Python's json module reads NaN, Infini
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Iterable
 from datetime import datetime
@@ -41,6 +40,7 @@ from importlib import resources
 from typing import TYPE_CHECKING
 
 from ..transforms.records import json_type_name
+from .schema_predicate import Check, Unsure, compile_schema, is_integer, is_number
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
@@ -62,6 +62,7 @@ _TYPE_PHRASES = {
     "null": "null",
 }
 _NUMERIC_TYPES = ("integer", "number")
+ISO8601_DATE_TIME = "iso8601-date-time"  # the one format the schemas assert (a manifest's created_at)
 # Schema keywords whose value maps names to schemas (the name is not a keyword).
 _NAMED_SUBSCHEMAS = ("properties", "patternProperties", "$defs", "dependentSchemas")
 
@@ -88,8 +89,11 @@ def load_schema(name: str) -> dict:
 
 def validate(instance: object, schema_name: str) -> list[str]:
     """Every problem of `instance` (a parsed JSON document) against the named schema, one
-    message each, sorted by path; an empty list when it is valid."""
-    errors = _validator(schema_name).iter_errors(instance)
+    message each, sorted by path; an empty list when it is valid. A valid document is told by
+    the schema's compiled check (flows/schema_predicate.py); jsonschema reads the others."""
+    if _passes(schema_name, instance):
+        return []
+    errors = jsonschema_validator(schema_name).iter_errors(instance)
     found = {message for error in errors for message in _messages(error)}
     return [message for _, message in sorted(found)]
 
@@ -99,18 +103,6 @@ def check(instance: object, schema_name: str) -> None:
     problems = validate(instance, schema_name)
     if problems:
         raise SchemaViolation(problems)
-
-
-def _is_integer(_checker, value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(_checker, value: object) -> bool:
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    return isinstance(value, float) and math.isfinite(value)
 
 
 def _is_iso8601_date_time(value: object) -> bool:
@@ -126,17 +118,33 @@ def _is_iso8601_date_time(value: object) -> bool:
 
 
 @cache
-def _validator(schema_name: str) -> Validator:
-    """Draft 2020-12 with the two stricter types above (integers written as integers, finite
-    numbers), so that what passes here passes the loaders too. jsonschema is imported here,
+def compiled_check(schema_name: str) -> Check | None:
+    """The named schema as one yes/no function (None if it cannot be compiled)."""
+    return compile_schema(load_schema(schema_name), {ISO8601_DATE_TIME: _is_iso8601_date_time})
+
+
+def _passes(schema_name: str, instance: object) -> bool:
+    """Whether the compiled check finds `instance` valid (no when it cannot tell)."""
+    check = compiled_check(schema_name)
+    try:
+        return check is not None and check(instance)
+    except Unsure:
+        return False
+
+
+@cache
+def jsonschema_validator(schema_name: str) -> Validator:
+    """Draft 2020-12 with the project's two stricter types (integers written as integers,
+    finite numbers: flows/schema_predicate.py), so that what passes here passes the loaders too. jsonschema is imported here,
     on first use: importing it costs about 0.12 s, which every `run` would pay otherwise."""
     from jsonschema import Draft202012Validator, FormatChecker, validators
 
     formats = FormatChecker(formats=())
-    formats.checks("iso8601-date-time")(_is_iso8601_date_time)
+    formats.checks(ISO8601_DATE_TIME)(_is_iso8601_date_time)
     artifact_validator = validators.extend(
         Draft202012Validator,
-        type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number}),
+        type_checker=Draft202012Validator.TYPE_CHECKER.redefine_many(
+            {"integer": lambda _checker, value: is_integer(value), "number": lambda _checker, value: is_number(value)}),
     )
     return artifact_validator(load_schema(schema_name), format_checker=formats)
 

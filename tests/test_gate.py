@@ -9,11 +9,17 @@ import json
 import polars as pl
 import pytest
 from builders import case, chunk, cli, evaluate, job_options, write_run
+from retrieval_eval.flows.baseline_file import read_baseline
 from retrieval_eval.flows.gating import GateOptions, gate_run, refresh_baseline
 from retrieval_eval.flows.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, slice_partials
-from retrieval_eval.transforms.baseline import AGGREGATE_FIELDS, snapshot_case_metrics
-from retrieval_eval.transforms.gate import suggest_floors
+from retrieval_eval.transforms.baseline import (
+    AGGREGATE_FIELDS,
+    build_snapshot,
+    snapshot_case_metrics,
+)
+from retrieval_eval.transforms.gate import compare, suggest_floors
+from retrieval_eval.transforms.metrics import GATED
 
 LOCALES = ("en", "es-419")
 N_PER_LOCALE, HITS_PER_LOCALE = 100, 80
@@ -53,7 +59,7 @@ def gate(tmp_path):
         write_run(runs, "cand", candidate, created_at="2026-11-02T00:00:00Z")
         evaluate(job_options(runs / "cand", warehouse.root))
         settings = {"tolerance": 0.05, "locale_tolerance": 0.08, "floors": {}} | options  # GateOptions fields
-        return gate_run(warehouse.state(), "cand", GateOptions(baseline, warehouse.root, **settings))
+        return gate_run(warehouse.state(), "cand", GateOptions(baseline, warehouse.root, **settings), read_baseline(baseline))
 
     run.baseline = baseline
     run.warehouse = warehouse
@@ -294,7 +300,7 @@ def test_a_baseline_whose_run_is_not_in_the_warehouse_says_it_could_not_be_check
     other = Warehouse(tmp_path / "other")
     write_run(tmp_path / "runs2", "cand", cases(), created_at="2026-11-02T00:00:00Z")
     evaluate(job_options(tmp_path / "runs2", other.root))
-    result = gate_run(other.state(), "cand", GateOptions(gate.baseline, other.root, 0.05, 0.08, {}))
+    result = gate_run(other.state(), "cand", GateOptions(gate.baseline, other.root, 0.05, 0.08, {}), read_baseline(gate.baseline))
     assert result.passed and result.warnings[0] == (
         "the baseline's run base is not in this warehouse: the snapshot could not be checked against its run recomputed")
 
@@ -350,6 +356,18 @@ def test_run_with_a_baseline_gates_the_newest_run_and_exits_1_when_it_fails(samp
     passed = cli("run", "data/runs/2026-11-16-hybrid-rerank", "--baseline", str(SAMPLE_BASELINE), cwd=root)
     assert passed.returncode == 0, passed.stdout + passed.stderr
     assert "PASS" in passed.stdout
+
+
+def test_run_with_a_malformed_baseline_stops_before_any_work(sample_copy, tmp_path):
+    from builders import SAMPLE_BASELINE
+
+    spoiled = tmp_path / "baseline.json"
+    spoiled.write_text(json.dumps(json.loads(SAMPLE_BASELINE.read_text()) | {"cases": {}}))
+    warehouse = tmp_path / "wh"
+    ran = cli("run", "--baseline", str(spoiled), "--warehouse", str(warehouse), cwd=sample_copy.parent)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert f"{spoiled}: cases: must hold at least one case" in ran.stderr
+    assert not warehouse.exists()  # nothing ingested, nothing committed
 
 
 def test_significant_decision_passes_a_drop_that_noise_explains(gate):
@@ -410,3 +428,36 @@ def test_gate_json_has_the_shape_the_spec_names(gate, tmp_path):
     markdown = cli("gate", "cand", "--warehouse", str(gate.warehouse.root), "--baseline", str(gate.baseline),
                    "--format", "markdown", cwd=tmp_path).stdout
     assert markdown.startswith("### retrieval-eval gate: ❌ FAIL") and "| slice | metric |" in markdown
+
+
+def test_the_gate_reads_a_baseline_of_many_cases(tmp_path):
+    # 60,000 cases, a third per locale, every other one a hit at rank 1 (nDCG = recall = hit).
+    # The candidate misses every pt-BR case: pt-BR drops 0.5 → 0, `all` 0.5 → 1/3. Eager
+    # Polars 2.1 could not filter a frame of 50,000 rows or more by slice `all`'s literal
+    # predicate (a ShapeError, from the gate of a 100k run).
+    n = 60_000
+    locales = ["en", "es-419", "pt-BR"]
+
+    def case_metrics(pt_br_hits: bool) -> pl.DataFrame:
+        hit = [float(i % 2 == 0 and (pt_br_hits or locales[i % 3] != "pt-BR")) for i in range(n)]
+        return pl.DataFrame({
+            "run_id": "base" if pt_br_hits else "cand", "k": 5, "case_id": [f"c{i:05d}" for i in range(n)],
+            "locale": [locales[i % 3] for i in range(n)], "category": "golden", "n_gold": 1,
+            "hit_at_k": hit, "recall_at_k": hit, "ndcg_at_k": hit, "precision_at_k": [h / 5 for h in hit],
+            "reciprocal_rank_at_k": hit, "first_relevant_rank": [1 if h else None for h in hit], "n_retrieved": 5,
+        })
+
+    def run_row(run_id: str) -> dict:
+        return {"run_id": run_id, "headline_k": 5, "created_at": "2026-11-01T00:00:00Z", "git_sha": None,
+                "dataset_version": None, "artifact_digest": "blake3:" + "0" * 64, "n_cases": n, "n_labelled": n,
+                "n_rejected": 0, "vacuous": False, "relevance_level": 1}
+
+    base, cand = case_metrics(True), case_metrics(False)
+    gold = base.select("case_id", pl.lit(["G"]).alias("gold"))
+    snapshot = build_snapshot(run_row("base"), aggregates(slice_partials(base)), base, gold, "test")
+    result = compare(snapshot, run_row("cand"), aggregates(slice_partials(cand)), cand.join(gold, on="case_id"),
+                     snapshot_case_metrics(snapshot), tolerance=0.05, locale_tolerance=0.08, floors={})
+    assert not result.passed
+    assert failing(result) == {("all", "all", m) for m in GATED} | {("locale", "pt-BR", m) for m in GATED}
+    everything = next(line for line in result.lines if line.slice == "all" and line.metric == "hit_at_k")
+    assert (everything.n_baseline, everything.baseline, round(everything.current, 6)) == (n, 0.5, round(1 / 3, 6))

@@ -38,6 +38,7 @@ from builders import (
     reader,
     write_run,
 )
+from retrieval_eval.flows.baseline_file import read_baseline
 from retrieval_eval.flows.progress import Progress
 from retrieval_eval.flows.reports import ReportOptions, write_report
 from retrieval_eval.flows.warehouse import Warehouse
@@ -58,8 +59,9 @@ SWEEP_CHARTS = {"sweep-hit_at_k", "sweep-recall_at_k", "sweep-ndcg_at_k"}
 ESCAPE = "\x1b["
 
 
-def report_of(warehouse, folder, **options):
-    """The report of a warehouse written to `folder`; returns its model."""
+def report_of(warehouse, folder, baseline=None, **options):
+    """The report of a warehouse written to `folder` (against the baseline file given); returns its model."""
+    options["baseline"] = None if baseline is None else read_baseline(baseline)
     return write_report(ReportOptions(Path(warehouse), Path(folder), **options), Warehouse(warehouse).state()).report
 
 
@@ -247,6 +249,23 @@ def test_a_baseline_at_another_k_is_said_to_be_left_aside(tmp_path):
     assert render_terminal(alone).splitlines()[:2] == [
         "What changed in newer: nothing to compare, there is no run before it",
         "  note: baseline older is at k=3, not at this run's headline k=5: not compared"]
+
+
+def test_a_baseline_at_another_relevance_level_is_said_to_be_left_aside(tmp_path):
+    # The same lists twice, at k=5; the newer run counts only grade >= 2 as gold, so the
+    # baseline's cases (grade >= 1) are not its cases: it is compared with the run before.
+    runs_at_two_headline_ks(tmp_path / "runs")
+    evaluate(job_options(tmp_path / "runs" / "newer", tmp_path / "wh"))
+    assert cli("baseline", "refresh", "newer", "--warehouse", str(tmp_path / "wh"),
+               "--out", str(tmp_path / "baseline.json")).returncode == 0
+    write_run(tmp_path / "runs2", "newest", [case("c1", [chunk("G::00", "G")], ["G"])], top_k=5,
+              created_at="2026-11-03T00:00:00Z")
+    evaluate(job_options(tmp_path / "runs2", tmp_path / "wh", relevance_level=2))
+    report = report_of(tmp_path / "wh", tmp_path / "rep", baseline=tmp_path / "baseline.json")
+    assert report.changes.reference == "run newer"
+    assert report.changes.notes == (
+        "baseline newer: the baseline counts grades >= 1 as relevant, run 'newest' was evaluated with "
+        "--relevance-level 2: its gold is not the baseline's: compared with the run before instead",)
 
 
 def test_user_values_cannot_break_a_line_of_the_report_or_become_markdown_html(tmp_path):

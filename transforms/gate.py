@@ -27,7 +27,7 @@ import numpy as np
 import polars as pl
 
 from . import paired_stats
-from .aggregates import SLICE_VALUES
+from .aggregates import slice_rows
 from .comparison import adjusted
 from .flips import flipped_cases
 from .metrics import GATED as GATED_METRICS
@@ -183,10 +183,10 @@ def compare(
     stats = []
     for row in rows:
         slice_, value, metric = row["slice"], row["slice_value"], row["metric"]
-        in_slice = paired.filter(SLICE_VALUES[slice_] == value)
+        in_slice = slice_rows(paired, slice_, value)
         reference = in_slice[metric].to_numpy()
         comparison = paired_stats.compare(reference, in_slice[f"{metric}_current"].to_numpy()) if len(reference) else None
-        baseline_values = baseline_cases.filter(SLICE_VALUES[slice_] == value)[metric].drop_nulls().to_numpy()
+        baseline_values = slice_rows(baseline_cases, slice_, value)[metric].drop_nulls().to_numpy()
         mde = paired_stats.minimum_detectable_drop(paired_stats.baseline_sd(baseline_values), len(baseline_values),
                                                    alpha=alpha) if len(baseline_values) else None
         stats.append((comparison, mde))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from .baseline import relevance_mismatch
 from .comparison import compare_runs
 from .flips import flipped_cases, reasons_by_slice
 from .metrics import GATED, LABELS, NAMES
@@ -192,15 +193,24 @@ def changes(newest_cases: pl.DataFrame, reference_cases: pl.DataFrame, *, run_id
                    len(newest_ids - reference_ids), len(reference_ids - newest_ids), notes)
 
 
-def k_notes(newest: RunReport, previous: RunReport | None, baseline: dict | None) -> tuple[str, ...]:
-    """What a reader of "what changed" must know when the runs compared were not evaluated at
-    one k: both are compared at the newest run's headline k, and a baseline at another k is
-    left aside for the run before."""
+def baseline_set_aside(baseline: dict, newest: RunReport, newest_level: int | None) -> str | None:
+    """Why "what changed" cannot compare the newest run (evaluated at relevance level
+    `newest_level`) with the baseline, or None: the baseline is at another k, or counts other
+    grades as gold."""
+    if baseline["k"] != newest.headline_k:
+        return f"baseline {baseline['run_id']} is at k={baseline['k']}, not at this run's headline k={newest.headline_k}"
+    mismatch = relevance_mismatch(baseline, newest.run_id, newest_level)
+    return None if mismatch is None else f"baseline {baseline['run_id']}: {mismatch}"
+
+
+def k_notes(newest: RunReport, previous: RunReport | None, set_aside: str | None) -> tuple[str, ...]:
+    """What a reader of "what changed" must know: why a baseline given was left aside
+    (`set_aside`, from baseline_set_aside) for the run before, and that runs evaluated at
+    different headline k are both compared at the newest run's."""
     k = newest.headline_k
     notes = []
-    if baseline is not None and baseline["k"] != k:
-        notes.append(f"baseline {baseline['run_id']} is at k={baseline['k']}, not at this run's headline "
-                     f"k={k}: " + ("compared with the run before instead" if previous else "not compared"))
+    if set_aside is not None:
+        notes.append(f"{set_aside}: " + ("compared with the run before instead" if previous else "not compared"))
     if previous is not None and previous.headline_k != k:
         computed = "" if k in previous.ks else f" (its figures at k={k} computed from its stored rankings)"
         notes.append(f"run {previous.run_id} has headline k={previous.headline_k}; both runs are compared at k={k}{computed}")
