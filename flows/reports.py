@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 
 from .. import sql
-from ..transforms.baseline import baseline_reference
+from ..transforms.baseline import baseline_reference, rounded_as_snapshot
 from ..transforms.charts_of_report import draw_charts
 from ..transforms.report import (
     Report,
@@ -109,7 +109,7 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         k=k, unknown_gold=unknown_ids, notes=notes)
     change = against_previous
     if snapshot is not None and set_aside is None:  # else the run before
-        change = changes(newest_cases, baseline.cases, run_id=newest.run_id,
+        change = changes(rounded_as_snapshot(newest_cases), baseline.cases, run_id=newest.run_id,
                          reference=f"baseline {snapshot['run_id']}", k=k, unknown_gold=unknown_ids)
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
                              titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)

@@ -5,6 +5,7 @@ in the baseline (hit = recall = nDCG = RR per case, so every gated metric moves 
 from __future__ import annotations
 
 import json
+import math
 
 import polars as pl
 import pytest
@@ -430,21 +431,26 @@ def test_gate_json_has_the_shape_the_spec_names(gate, tmp_path):
     assert markdown.startswith("### retrieval-eval gate: ❌ FAIL") and "| slice | metric |" in markdown
 
 
-def test_the_gate_reads_a_baseline_of_many_cases(tmp_path):
-    # 60,000 cases, a third per locale, every other one a hit at rank 1 (nDCG = recall = hit).
-    # The candidate misses every pt-BR case: pt-BR drops 0.5 → 0, `all` 0.5 → 1/3. Eager
-    # Polars 2.1 could not filter a frame of 50,000 rows or more by slice `all`'s literal
-    # predicate (a ShapeError, from the gate of a 100k run).
+def test_the_gate_reads_a_baseline_of_many_cases_and_pairs_like_with_like():
+    # 60,000 cases, a third per locale, every other one a hit at rank 1 of its 3 gold cards:
+    # recall 1/3 and nDCG 1 / (1 + 1/log2(3) + 1/log2(4)), figures the snapshot keeps to 10
+    # places. The candidate misses every pt-BR case: hit drops 0.5 → 0
+    # there, 0.5 → 1/3 on `all`. Eager Polars 2.1 could not filter a frame of 50,000 rows or
+    # more by slice `all`'s literal predicate (a ShapeError, from the gate of a 100k run); and
+    # unrounded, each unchanged case differed from its snapshot by ~1e-11, all alike, which the
+    # paired test called p < 0.001 on slices that did not move.
     n = 60_000
     locales = ["en", "es-419", "pt-BR"]
+    ndcg = 1 / (1 + 1 / math.log2(3) + 1 / math.log2(4))
 
     def case_metrics(pt_br_hits: bool) -> pl.DataFrame:
         hit = [float(i % 2 == 0 and (pt_br_hits or locales[i % 3] != "pt-BR")) for i in range(n)]
         return pl.DataFrame({
             "run_id": "base" if pt_br_hits else "cand", "k": 5, "case_id": [f"c{i:05d}" for i in range(n)],
-            "locale": [locales[i % 3] for i in range(n)], "category": "golden", "n_gold": 1,
-            "hit_at_k": hit, "recall_at_k": hit, "ndcg_at_k": hit, "precision_at_k": [h / 5 for h in hit],
-            "reciprocal_rank_at_k": hit, "first_relevant_rank": [1 if h else None for h in hit], "n_retrieved": 5,
+            "locale": [locales[i % 3] for i in range(n)], "category": "golden", "n_gold": 3,
+            "hit_at_k": hit, "recall_at_k": [h / 3 for h in hit], "ndcg_at_k": [h * ndcg for h in hit],
+            "precision_at_k": [h / 5 for h in hit], "reciprocal_rank_at_k": hit,
+            "first_relevant_rank": [1 if h else None for h in hit], "n_retrieved": 5,
         })
 
     def run_row(run_id: str) -> dict:
@@ -453,7 +459,7 @@ def test_the_gate_reads_a_baseline_of_many_cases(tmp_path):
                 "n_rejected": 0, "vacuous": False, "relevance_level": 1}
 
     base, cand = case_metrics(True), case_metrics(False)
-    gold = base.select("case_id", pl.lit(["G"]).alias("gold"))
+    gold = base.select("case_id", pl.lit(["G1", "G2", "G3"]).alias("gold"))
     snapshot = build_snapshot(run_row("base"), aggregates(slice_partials(base)), base, gold, "test")
     result = compare(snapshot, run_row("cand"), aggregates(slice_partials(cand)), cand.join(gold, on="case_id"),
                      snapshot_case_metrics(snapshot), tolerance=0.05, locale_tolerance=0.08, floors={})
@@ -461,3 +467,7 @@ def test_the_gate_reads_a_baseline_of_many_cases(tmp_path):
     assert failing(result) == {("all", "all", m) for m in GATED} | {("locale", "pt-BR", m) for m in GATED}
     everything = next(line for line in result.lines if line.slice == "all" and line.metric == "hit_at_k")
     assert (everything.n_baseline, everything.baseline, round(everything.current, 6)) == (n, 0.5, round(1 / 3, 6))
+    unchanged = [line for line in result.lines if line.slice_value in ("en", "es-419")]
+    assert len(unchanged) == 2 * len(GATED)
+    assert [(line.ci_low, line.ci_high, line.p_value) for line in unchanged] == [(0.0, 0.0, 1.0)] * len(unchanged)
+    assert all(abs(line.delta) < 1e-10 for line in unchanged)  # the aggregates' own rounding

@@ -207,6 +207,18 @@ def test_with_a_baseline_the_changes_are_against_it(sample, tmp_path):
     assert "baseline hit@k" in ["".join(t.itertext()) for t in trend.iter(SVG + "text")]
 
 
+def test_the_baseline_s_own_run_against_it_changed_nothing(tmp_path):
+    # The snapshot keeps 10 places; paired unrounded, recall and nDCG differed by ~1e-11 in
+    # every case alike, and the paired test gave p = 1e-5 on slices that did not move.
+    run_id = json.loads(SAMPLE_BASELINE.read_text())["run_id"]
+    evaluate(job_options(SAMPLE_RUNS / run_id, tmp_path / "wh"))
+    report = report_of(tmp_path / "wh", tmp_path / "rep", baseline=SAMPLE_BASELINE)
+    lines = report.changes.lines
+    assert report.changes.reference == f"baseline {run_id}" and lines.height > 0
+    assert lines["delta"].abs().max() == 0.0 and lines["p_value"].min() == 1.0 and not lines["significant"].any()
+    assert report.changes.flips.height == 0
+
+
 def runs_at_two_headline_ks(runs: Path) -> None:
     """Two runs that retrieve the very same lists, told apart only by their headline k (3, then
     5). Gold G sits at rank 1, 2, 4 and 6 of cases c1, c2, c4 and c6: at k=5 three of the four

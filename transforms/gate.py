@@ -28,6 +28,7 @@ import polars as pl
 
 from . import paired_stats
 from .aggregates import slice_rows
+from .baseline import rounded_as_snapshot
 from .comparison import adjusted
 from .flips import flipped_cases
 from .metrics import GATED as GATED_METRICS
@@ -178,7 +179,8 @@ def compare(
     if decision not in DECISIONS:
         raise ValueError(f"unknown decision {decision!r} (expected one of {', '.join(DECISIONS)})")
     current = {(r["slice"], r["slice_value"], r["metric"]): r for r in current_aggregates.iter_rows(named=True)}
-    paired = baseline_cases.join(current_cases.select("case_id", *METRICS), on="case_id", suffix="_current")
+    paired = baseline_cases.join(rounded_as_snapshot(current_cases).select("case_id", *METRICS), on="case_id",
+                                 suffix="_current")
     rows = [row for row in snapshot["aggregates"] if row["metric"] in GATED_METRICS]
     stats = []
     for row in rows:
