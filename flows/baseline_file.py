@@ -21,7 +21,7 @@ class Baseline:
     (snapshot_case_metrics). A plain class, not a dataclass, so that Prefect, handed one as a
     task's input, does not walk the document's every case looking for futures."""
 
-    __slots__ = ("path", "snapshot", "cases")
+    __slots__ = ("cases", "path", "snapshot")
 
     def __init__(self, path: Path, snapshot: dict, cases: pl.DataFrame) -> None:
         self.path, self.snapshot, self.cases = path, snapshot, cases

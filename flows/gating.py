@@ -23,7 +23,7 @@ GateOutcome = GateResult
 
 @dataclass(frozen=True)
 class GateOptions:
-    baseline: Path = config.BASELINE
+    baseline: Path = config.BASELINE  # where the job reads it (read_baseline); gate_run takes what was read
     warehouse: Path = config.WAREHOUSE
     tolerance: float = config.TOLERANCE
     locale_tolerance: float = config.LOCALE_TOLERANCE
@@ -77,15 +77,25 @@ def refresh_baseline(warehouse: Warehouse, run_id: str, out: Path) -> dict:
     return snapshot
 
 
+def refuse_ungateable(baseline: Baseline, run_id: str, ks: list[int], run_level: int | None) -> None:
+    """Exit 2 when run `run_id`, evaluated at cutoffs `ks` and relevance level `run_level`,
+    cannot be gated against `baseline`: a job checks its newest run's plan before any work."""
+    snapshot = baseline.snapshot
+    mismatch = relevance_mismatch(snapshot, run_id, run_level)
+    if mismatch is not None:
+        raise InputError(f"{baseline.path}: {mismatch}; re-run it with --relevance-level {relevance_level(snapshot)}, "
+                         "or refresh the baseline")
+    if snapshot["k"] not in ks:
+        raise InputError(f"{baseline.path}: the baseline is at k={snapshot['k']}, run {run_id!r} is evaluated at "
+                         f"k in {list(ks)}; add {snapshot['k']} with --ks, or refresh the baseline")
+
+
 def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateResult:
     """Run `run_id` against `baseline` (read from options.baseline by read_baseline)."""
     warehouse = Warehouse(options.warehouse)
     snapshot = baseline.snapshot
     current = read_run(warehouse, state, run_id, snapshot["k"])
-    mismatch = relevance_mismatch(snapshot, run_id, current.run.get("relevance_level"))
-    if mismatch is not None:
-        raise InputError(f"{baseline.path}: {mismatch}; re-run it with --relevance-level {relevance_level(snapshot)}, "
-                         "or refresh the baseline")
+    refuse_ungateable(baseline, run_id, current.run["ks"], current.run.get("relevance_level"))
     recomputed = None
     baseline_run = snapshot["run_id"]
     warnings = []

@@ -33,7 +33,7 @@ from .evaluation import (
     evaluate_batch,
     finish_run,
 )
-from .gating import GateOptions, GateOutcome, gate_run
+from .gating import GateOptions, GateOutcome, gate_run, refuse_ungateable
 from .ingest import BATCH_ITEMS, Ingest, StagedBatch
 from .plan import RunPlan, plan_runs
 from .progress import Progress
@@ -117,6 +117,9 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     with warehouse.transaction() as txn:
         plans = plan_runs(folders, txn.state, warehouse, k=options.k, ks=options.ks,
                           relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
+        newest = max(plans, key=lambda plan: (plan.folder.manifest.created_at_utc, plan.run_id))
+        if baseline is not None:  # before any work: the newest run must be gateable against it
+            refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)
         todo = [plan for plan in plans if plan.reuse is None]
         writes = frozenset(plan.run_id for plan in todo)  # the only runs whose folders get parts
         txn.plan(writes)
@@ -156,8 +159,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
     gate = None
     if options.gate is not None:
-        newest = max(folders, key=lambda folder: (folder.manifest.created_at_utc, folder.run_id)).run_id
-        gate = steps.gate(state, newest, options.gate, baseline)
+        gate = steps.gate(state, newest.run_id, options.gate, baseline)
     steps.publish(report, gate)
     return JobResult(outcomes, state, report, gate)
 

@@ -35,7 +35,7 @@ from ..transforms.gate_render import gate_table, render_gate_markdown
 from ..transforms.metrics import NAMES
 from ..transforms.report_render import render_markdown
 from . import config
-from .baseline_file import Baseline
+from .baseline_file import Baseline, read_baseline
 from .engine import THREADS_ENV, write_parquet
 from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
 from .gating import GateOptions, GateOutcome, floors_from, gate_run
@@ -330,6 +330,14 @@ class LostApi(Exception):
     """The Prefect API stopped answering while the flow ran."""
 
 
+def refuse_bad_inputs(options: JobOptions) -> None:
+    """Exit 2 on a --kb that does not exist or a bad baseline before a Prefect server starts
+    (some seconds, the temporary one); the flow run reads the baseline again, in its job."""
+    resolve_kb(options.kb)
+    if options.gate is not None:
+        read_baseline(options.gate.baseline)
+
+
 def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: str | None = None,
                 *, return_state: bool = False):
     """Run the flow once, tracked by Prefect (the temporary server unless PREFECT_API_URL is
@@ -339,7 +347,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     within seconds (one retry per request, a bounded events client)."""
     import httpx
 
-    resolve_kb(options.kb)  # a --kb that does not exist is refused before a server starts
+    refuse_bad_inputs(options)
     dask = task_runner == "dask" or dask_address is not None
     with configured(), api_for_run(dask=dask, dask_address=dask_address) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
@@ -370,6 +378,7 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
     from prefect import serve as serve_deployments
 
     options = options or JobOptions()
+    refuse_bad_inputs(options)
     os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
     dask = task_runner == "dask" or dask_address is not None
     with configured(served=True), api_for_run(dask=dask, dask_address=dask_address, start=True) as api_url:

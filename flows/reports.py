@@ -20,9 +20,9 @@ from ..transforms.report import (
     Report,
     baseline_set_aside,
     changes,
+    comparison_notes,
     diagnostics,
     explorer_data,
-    k_notes,
     kb_warnings,
     run_report,
     run_warnings,
@@ -102,8 +102,8 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
     unknown_ids = None if unknown is None else set(unknown["ids"].explode().drop_nulls().to_list())
     snapshot = baseline.snapshot if baseline is not None else None
-    set_aside = snapshot and baseline_set_aside(snapshot, newest, rows[newest.run_id].get("relevance_level"))
-    notes = k_notes(newest, previous, set_aside)
+    set_aside = None if snapshot is None else baseline_set_aside(snapshot, newest, rows[newest.run_id].get("relevance_level"))
+    notes = comparison_notes(newest, previous, set_aside)
     against_previous = None if previous_cases is None else changes(
         newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
         k=k, unknown_gold=unknown_ids, notes=notes)

@@ -371,6 +371,22 @@ def test_run_with_a_malformed_baseline_stops_before_any_work(sample_copy, tmp_pa
     assert not warehouse.exists()  # nothing ingested, nothing committed
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--k", "3"], "the baseline is at k=4, run '2026-11-23-hybrid-rerank-ptbr-regression' is evaluated at k in [3]"),
+    (["--relevance-level", "2"], "the baseline counts grades >= 1 as relevant"),
+], ids=["another-k", "another-relevance-level"])
+def test_run_with_a_baseline_it_cannot_gate_against_stops_before_any_work(sample_copy, tmp_path, args, message):
+    from builders import SAMPLE_BASELINE
+
+    warehouse, report = tmp_path / "wh", tmp_path / "rep"
+    ran = cli("run", *args, "--baseline", str(SAMPLE_BASELINE), "--warehouse", str(warehouse),
+              "--report-dir", str(report), cwd=sample_copy.parent)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert f"{SAMPLE_BASELINE}: {message}" in ran.stderr and "Traceback" not in ran.stderr
+    assert not report.exists()
+    assert not Warehouse(warehouse).exists() or not Warehouse(warehouse).state().runs  # nothing committed
+
+
 def test_significant_decision_passes_a_drop_that_noise_explains(gate):
     # en: 15 hits lost and 6 gained of 100 → 0.80 → 0.71, a drop of 0.09 > 0.08 (point fails).
     # Paired, 21 cases moved by ±1: the sign-flip p of |sum| ≥ 9 is P(B ≥ 15 or B ≤ 6) for
@@ -435,7 +451,7 @@ def test_the_gate_reads_a_baseline_of_many_cases_and_pairs_like_with_like():
     # 60,000 cases, a third per locale, every other one a hit at rank 1 of its 3 gold cards:
     # recall 1/3 and nDCG 1 / (1 + 1/log2(3) + 1/log2(4)), figures the snapshot keeps to 10
     # places. The candidate misses every pt-BR case: hit drops 0.5 → 0
-    # there, 0.5 → 1/3 on `all`. Eager Polars 2.1 could not filter a frame of 50,000 rows or
+    # there, 0.5 → 1/3 on `all`. Eager Polars 2.1 could not filter a frame of 16,384 rows or
     # more by slice `all`'s literal predicate (a ShapeError, from the gate of a 100k run); and
     # unrounded, each unchanged case differed from its snapshot by ~1e-11, all alike, which the
     # paired test called p < 0.001 on slices that did not move.

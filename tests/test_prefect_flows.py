@@ -32,6 +32,7 @@ from polars.testing import assert_frame_equal
 from retrieval_eval.flows import prefect_flows
 from retrieval_eval.flows.gating import GateOptions
 from retrieval_eval.flows.warehouse import SCRATCH, Warehouse
+from retrieval_eval.transforms.errors import InputError
 from test_reliability import synthetic_cases
 
 RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").is_file())[-2:]
@@ -316,6 +317,17 @@ def test_a_dead_api_at_start_is_one_line_and_exit_2_before_any_work(tmp_path):
     assert process.returncode == 2
     assert len(stderr.strip().splitlines()) == 1 and "does not answer" in stderr, stderr
     assert time.monotonic() - started < 20
+    assert not options.warehouse.exists()
+
+
+def test_a_bad_baseline_is_refused_before_prefect_is_asked_anything(tmp_path, monkeypatch):
+    # The API named here does not answer: a job that reached for it first would say so.
+    bad = tmp_path / "baseline.json"
+    bad.write_text("{}")
+    options = replace(sample_options(tmp_path, RUN_IDS[:1]), gate=GateOptions(bad, tmp_path / "wh"))
+    monkeypatch.setenv("PREFECT_API_URL", f"http://127.0.0.1:{free_port()}/api")
+    with pytest.raises(InputError, match="not a valid baseline snapshot"):
+        prefect_flows.run_tracked(options)
     assert not options.warehouse.exists()
 
 

@@ -155,6 +155,9 @@ def test_a_schema_with_a_keyword_it_does_not_state_is_not_compiled():
     assert compile_schema({"type": "object", "patternProperties": {"^x": {"type": "string"}}}, {}) is None
     assert compile_schema({"$ref": "other.json#/$defs/x"}, {}) is None
     assert compile_schema({"type": "decimal"}, {}) is None
+    # an $id below the root moves where its $refs point: not stated here
+    assert compile_schema({"$defs": {"in": {"$id": "https://example.com/in", "type": "string"}},
+                           "$ref": "#/$defs/in"}, {}) is None
 
 
 def test_lists_in_enum_or_unique_items_it_cannot_compare_make_it_unsure():

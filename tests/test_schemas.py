@@ -37,6 +37,7 @@ BASELINE_RUN = "2026-11-16-hybrid-rerank"
 RUN_NAME = "a safe run name ([A-Za-z0-9._-]+, not . or ..)"
 CREATED_AT = "an ISO 8601 date-time such as 2026-11-16T02:00:00Z"
 TOP_K = "an integer in [1, 2147483647]"
+COUNT_FROM_1 = "an integer in [1, 9223372036854775807]"  # a 64-bit column of the frame it becomes
 METRICS = '"hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k"'
 DELETE = object()  # as a new value in `changed`: remove the field
 
@@ -448,11 +449,15 @@ BAD_BASELINES = [
      f'cases.{FIRST_CASE}.gold: must not repeat a value, got "card-a" twice'),
     ("gold id empty", ("cases", FIRST_CASE, "gold"), [""],
      f'cases.{FIRST_CASE}.gold[0]: must be a non-empty string, got ""'),
-    ("n_gold 0", ("cases", FIRST_CASE, "n_gold"), 0, f"cases.{FIRST_CASE}.n_gold: must be an integer >= 1, got 0"),
+    ("n_gold 0", ("cases", FIRST_CASE, "n_gold"), 0, f"cases.{FIRST_CASE}.n_gold: must be {COUNT_FROM_1}, got 0"),
+    ("n_gold beyond 64 bits", ("cases", FIRST_CASE, "n_gold"), 2**63,
+     f"cases.{FIRST_CASE}.n_gold: must be {COUNT_FROM_1}, got 9223372036854775808"),
+    ("n_retrieved not an integer", ("cases", FIRST_CASE, "n_retrieved"), 1.5,
+     f"cases.{FIRST_CASE}.n_retrieved: must be an integer in [0, 9223372036854775807], got 1.5"),
     ("hit above 1", ("cases", FIRST_CASE, "hit_at_k"), 2,
      f"cases.{FIRST_CASE}.hit_at_k: must be a number in [0, 1], got 2"),
     ("first rank 0", ("cases", FIRST_CASE, "first_relevant_rank"), 0,
-     f"cases.{FIRST_CASE}.first_relevant_rank: must be an integer >= 1 or null, got 0"),
+     f"cases.{FIRST_CASE}.first_relevant_rank: must be {COUNT_FROM_1} or null, got 0"),
     ("a case not an object", ("cases", FIRST_CASE), 0.5, f"cases.{FIRST_CASE}: must be an object, got number"),
 ]
 
@@ -462,6 +467,16 @@ BAD_BASELINES = [
 )
 def test_bad_baseline_message(baseline_2, path, value, message):
     assert validate(changed(baseline_2, path, value), "baseline") == [message]
+
+
+def test_a_gold_field_in_a_format_1_file_is_not_read(baseline_1):
+    # format 1 kept no gold ids; a `gold` there (a string, a number) is not the format's field
+    from retrieval_eval.transforms.baseline import snapshot_case_metrics
+
+    second = sorted(baseline_1["cases"])[1]
+    odd = changed(changed(baseline_1, ("cases", FIRST_CASE, "gold"), "card-x"), ("cases", second, "gold"), 5)
+    assert validate(odd, "baseline") == []
+    assert snapshot_case_metrics(odd)["gold"].null_count() == len(odd["cases"])
 
 
 def test_format_1_gets_the_same_messages(baseline_1):

@@ -28,7 +28,7 @@ SLICES = tuple(SLICE_VALUES)
 
 def slice_rows(frame: pl.DataFrame, slice_: str, value: str) -> pl.DataFrame:
     """The rows of `frame` in one value of a slice. Filtered lazily: eager Polars 2.1 fails
-    ("filter predicate length of 2") on a frame of 50,000 rows or more when the predicate
+    ("filter predicate length of 2") on a frame of 16,384 rows or more when the predicate
     reads no column, as slice `all`'s literal does."""
     return frame.lazy().filter(SLICE_VALUES[slice_] == value).collect()
 

@@ -68,19 +68,20 @@ def dumps(snapshot: dict) -> str:
 
 def snapshot_case_metrics(snapshot: dict) -> pl.DataFrame:
     """The snapshot's per-case rows as a frame shaped like `case_metrics` at its k, with their
-    gold ids and how much each retrieved (null in a format-1 snapshot, which kept neither).
-    Built column by column: rows of dicts take ten times as long at 100k cases."""
+    gold ids and how much each retrieved (null in a format-1 snapshot, which kept neither:
+    a `gold` field there is not the format's, and is not read). Built column by column, the
+    gold lists through Arrow: Polars makes a list column from Python lists one by one."""
     schema = {"case_id": pl.String, "locale": pl.String, "category": pl.String, "n_gold": pl.Int64}
     schema |= {metric: pl.Float64 for metric in NAMES}
     schema |= {FIRST_RELEVANT_RANK: pl.Int64, "n_retrieved": pl.Int64, "gold": pl.List(pl.String)}
     cases = snapshot["cases"]
     columns = {name: [case.get(name) for case in cases.values()] for name in list(schema)[1:-1]}
-    return pl.DataFrame({"case_id": list(cases), **columns, "gold": _gold_column(cases)}, schema=schema)
+    gold = _gold_column(cases) if snapshot.get("format_version") != 1 else None
+    return pl.DataFrame({"case_id": list(cases), **columns, "gold": gold}, schema=schema)
 
 
 def _gold_column(cases: dict) -> pl.Series:
-    """The cases' gold lists as one column, from their ids end to end and where each list
-    starts: Polars builds a list column from 100k Python lists one by one, in seconds."""
+    """The cases' gold lists as one column, from their ids end to end and where each list starts."""
     lists = [case.get("gold") for case in cases.values()]
     offsets = list(itertools.accumulate((len(ids or ()) for ids in lists), initial=0))
     ids = pa.array(list(itertools.chain.from_iterable(ids or () for ids in lists)), pa.string())
@@ -119,8 +120,8 @@ def snapshot_problems(snapshot: dict, cases: pl.DataFrame) -> list[str]:
 
 def rounded_as_snapshot(case_metrics: pl.DataFrame) -> pl.DataFrame:
     """Case metrics with their figures kept to the snapshot's FLOAT_PLACES, to be paired with
-    a snapshot's cases: unrounded, an unchanged case would differ from it by rounding alone
-    (up to 5e-11), and a paired test of 90,000 such differences calls them significant."""
+    a snapshot's cases: unrounded, an unchanged case would differ from it by rounding alone,
+    and a paired test of many such differences calls them significant."""
     return case_metrics.with_columns(pl.col(*NAMES).round(FLOAT_PLACES))
 
 

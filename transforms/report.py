@@ -203,7 +203,7 @@ def baseline_set_aside(baseline: dict, newest: RunReport, newest_level: int | No
     return None if mismatch is None else f"baseline {baseline['run_id']}: {mismatch}"
 
 
-def k_notes(newest: RunReport, previous: RunReport | None, set_aside: str | None) -> tuple[str, ...]:
+def comparison_notes(newest: RunReport, previous: RunReport | None, set_aside: str | None) -> tuple[str, ...]:
     """What a reader of "what changed" must know: why a baseline given was left aside
     (`set_aside`, from baseline_set_aside) for the run before, and that runs evaluated at
     different headline k are both compared at the newest run's."""
