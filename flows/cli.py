@@ -404,7 +404,7 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
     """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
 
     from .baseline_file import read_baseline
-    from .job import InProcess
+    from .job import InProcess, newest_run_id
     from .reports import ReportOptions
 
     state = warehouse.state() if warehouse.exists() else None
@@ -420,7 +420,7 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
         if baseline is not None:
             from .artifacts import load_run_folders
 
-            newest = max(load_run_folders(options.runs), key=lambda f: (f.manifest.created_at_utc, f.run_id)).run_id
+            newest = newest_run_id(load_run_folders(options.runs))
             gate = steps.gate(state, newest, options.gate, baseline)
     finally:
         steps.close()

@@ -105,6 +105,11 @@ def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
     return load_run_folders(options.runs)
 
 
+def newest_run_id(folders: list[RunFolder | TrecSource]) -> str:
+    """The run a job gates: the newest by its manifest's created_at instant, then by run id."""
+    return max(folders, key=lambda folder: (folder.manifest.created_at_utc, folder.run_id)).run_id
+
+
 def run_job(options: JobOptions, steps: Steps) -> JobResult:
     folders = sources(options)
     baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
@@ -117,7 +122,8 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     with warehouse.transaction() as txn:
         plans = plan_runs(folders, txn.state, warehouse, k=options.k, ks=options.ks,
                           relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
-        newest = max(plans, key=lambda plan: (plan.folder.manifest.created_at_utc, plan.run_id))
+        gated = newest_run_id(folders)
+        newest = next(plan for plan in plans if plan.run_id == gated)
         if baseline is not None:  # before any work: the newest run must be gateable against it
             refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)
         todo = [plan for plan in plans if plan.reuse is None]

@@ -83,9 +83,9 @@ def snapshot_case_metrics(snapshot: dict) -> pl.DataFrame:
 def _gold_column(cases: dict) -> pl.Series:
     """The cases' gold lists as one column, from their ids end to end and where each list starts."""
     lists = [case.get("gold") for case in cases.values()]
-    offsets = list(itertools.accumulate((len(ids or ()) for ids in lists), initial=0))
-    ids = pa.array(list(itertools.chain.from_iterable(ids or () for ids in lists)), pa.string())
-    missing = pa.array([ids is None for ids in lists], pa.bool_())
+    offsets = list(itertools.accumulate((len(gold or ()) for gold in lists), initial=0))
+    ids = pa.array(list(itertools.chain.from_iterable(gold or () for gold in lists)), pa.string())
+    missing = pa.array([gold is None for gold in lists], pa.bool_())
     return pl.Series("gold", pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), ids, mask=missing))
 
 
