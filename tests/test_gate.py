@@ -146,6 +146,20 @@ def test_cases_added_and_removed_are_listed_and_pairing_uses_the_shared_ones(gat
     assert any("2 case(s) of the baseline are missing from cand (en-000, es-419-099)" in r for r in strict.failures)
 
 
+@pytest.mark.parametrize("decision", ["point", "significant"])
+def test_cases_added_since_the_baseline_cannot_hide_a_drop_on_the_cases_it_has(gate, decision):
+    # en loses 10 of its 80 hits (a paired drop of 0.10 > 0.08) while 60 new en cases, all
+    # hits, lift en's slice mean to (70 + 60) / 160 = 0.8125 above its baseline 0.80, and
+    # all's to 0.81. all's paired drop is 10 / 200 = 0.05, at its tolerance, so it passes.
+    candidate = cases(misses_added={"en": 10}, extra=tuple(f"en-new-{i:02d}" for i in range(60)))
+    result = gate(candidate, decision=decision)
+    assert failing(result) == {("locale", "en", m) for m in ("hit_at_k", "recall_at_k", "ndcg_at_k")}
+    en_hit = next(l for l in result.lines if (l.slice_value, l.metric) == ("en", "hit_at_k"))
+    assert en_hit.current == pytest.approx(130 / 160) and en_hit.delta > 0
+    assert "on the 100 cases both runs scored, 0.700 < 0.800 − 0.08" in en_hit.note
+    assert not result.passed and not result.improved
+
+
 def test_small_slices_warn_that_the_tolerance_is_not_detectable(gate):
     # At 80% power the MDE of hit (p = 0.8) is 0.079 on all (n = 200) and 0.112 per locale
     # (n = 100): both above their tolerances (0.05, 0.08), so every gated slice warns; at

@@ -4,7 +4,8 @@ Gated: hit, recall and nDCG (the metrics declared gated) on `all` (tolerance) an
 locale (locale tolerance); category and locale × category slices are shown, not gated. A
 gated line fails by the decision asked for:
 
-- `point` (the default): `current < baseline − tolerance`;
+- `point` (the default): `current < baseline − tolerance`, on the slice means or on the
+  cases both runs scored (so cases added since the baseline cannot hide a drop);
 - `significant`: that drop, and a paired test rejects "no change" at alpha after Holm's
   correction over the gated lines;
 - `non-inferior`: unless the lower bound of the paired 95% interval of the delta is at least
@@ -129,7 +130,7 @@ class GateResult:
 
     @property
     def improved(self) -> bool:
-        return any(
+        return self.passed and any(
             line.tolerance is not None and line.delta is not None and line.delta > line.tolerance
             for line in self.lines
         )
@@ -139,19 +140,31 @@ def _tolerance(slice_: str, tolerance: float, locale_tolerance: float) -> float 
     return tolerance if slice_ == "all" else locale_tolerance if slice_ == "locale" else None
 
 
-def _verdict(decision: str, baseline: float, current: float, tolerance: float, ci_low: float | None,
-             p_adjusted: float | None, alpha: float) -> str | None:
+def _drop(baseline: float, current: float, tolerance: float,
+          comparison: paired_stats.PairedComparison | None) -> str | None:
+    """The drop past the tolerance, on the slice means or on the cases both runs scored: cases
+    added since the baseline must not dilute a drop on the cases it has."""
+    if current < baseline - tolerance - EPSILON:
+        return f"{current:.3f} < {baseline:.3f} − {tolerance}"
+    if comparison is not None and comparison.delta < -tolerance - EPSILON:
+        return (f"on the {comparison.n} cases both runs scored, {comparison.mean:.3f} < "
+                f"{comparison.reference_mean:.3f} − {tolerance}")
+    return None
+
+
+def _verdict(decision: str, baseline: float, current: float, tolerance: float,
+             comparison: paired_stats.PairedComparison | None, p_adjusted: float | None, alpha: float) -> str | None:
     """Why a gated line fails under `decision`, or None when it passes."""
-    dropped = current < baseline - tolerance - EPSILON
     if decision == "point":
-        return f"{current:.3f} < {baseline:.3f} − {tolerance}" if dropped else None
+        return _drop(baseline, current, tolerance, comparison)
     if decision == "significant":
+        dropped = _drop(baseline, current, tolerance, comparison)
         if dropped and p_adjusted is not None and p_adjusted < alpha:
-            return f"{current:.3f} < {baseline:.3f} − {tolerance}, and p = {p_adjusted:.3g} < {alpha} (Holm)"
+            return f"{dropped}, and p = {p_adjusted:.3g} < {alpha} (Holm)"
         return None
     if decision == "non-inferior":
-        if ci_low is None or ci_low < -tolerance - EPSILON:
-            bound = "no paired cases" if ci_low is None else f"lower bound {ci_low:+.3f}"
+        if comparison is None or comparison.ci_low < -tolerance - EPSILON:
+            bound = "no paired cases" if comparison is None else f"lower bound {comparison.ci_low:+.3f}"
             return f"not shown non-inferior: {bound} of the paired 95% interval is below −{tolerance}"
         return None
     raise ValueError(f"unknown decision {decision!r} (expected one of {', '.join(DECISIONS)})")
@@ -211,7 +224,7 @@ def compare(
         if now is None:
             lines.append(GateLine(**common, current=None, n_current=0, failed=True, note="slice missing in this run"))
             continue
-        note = None if limit is None else _verdict(decision, row["mean"], now["mean"], limit, common["ci_low"],
+        note = None if limit is None else _verdict(decision, row["mean"], now["mean"], limit, comparison,
                                                    common["p_adjusted"], alpha)
         lines.append(GateLine(**common, current=now["mean"], n_current=now["n"], failed=note is not None,
                               note=note or ""))
