@@ -35,6 +35,7 @@ from .evaluation import (
 )
 from .gating import GateOptions, GateOutcome, gate_run, refuse_ungateable
 from .ingest import BATCH_ITEMS, Ingest, StagedBatch
+from .kb import read_kb
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
@@ -97,6 +98,18 @@ def resolve_kb(kb: Path | None) -> Path | None:
     return kb
 
 
+def checked_kb(options: JobOptions) -> Path | None:
+    """The job's KB, judged card by card before any work (a bad one is refused, exit 2, with
+    the warehouse untouched). TREC docnos are not cards: the default KB is for run folders,
+    a KB given is checked."""
+    if options.trec_run is not None and options.kb is None:
+        return None
+    kb = resolve_kb(options.kb)
+    if kb is not None:
+        read_kb(kb)
+    return kb
+
+
 def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
     """The runs to evaluate, each checked before anything is written (SPEC 6): a TREC run
     file with its qrels, or every run folder of RUNS."""
@@ -113,8 +126,7 @@ def newest_run_id(folders: list[RunFolder | TrecSource]) -> str:
 def run_job(options: JobOptions, steps: Steps) -> JobResult:
     folders = sources(options)
     baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
-    # TREC docnos are not cards: the default KB is for run folders, a KB given is checked.
-    kb = resolve_kb(options.kb) if options.trec_run is None or options.kb is not None else None
+    kb = checked_kb(options)
     warehouse = Warehouse(options.warehouse)
     if not warehouse.exists() and warehouse.catalog_path.exists():
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept

@@ -17,10 +17,10 @@ from .engine import connect
 LISTED_PROBLEMS = 10
 
 
-def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
-    """The relation kb_cards (id, title) in `con`: the cards of `kb`, each judged by the rules
-    of transforms/kb_cards.py (in Python, line by line: one verdict per card, whatever the other
-    lines hold); a KB with any bad card is refused naming each by its line."""
+def read_kb(kb: Path) -> pl.DataFrame:
+    """The cards of `kb` (id, title), each judged by the rules of transforms/kb_cards.py (in
+    Python, line by line: one verdict per card, whatever the other lines hold); a KB with any
+    bad card is refused naming each by its line."""
     if not kb.is_file():
         raise InputError(f"{kb}: no such knowledge base file")
     cards, problems, first_line_of = [], [], {}
@@ -36,7 +36,12 @@ def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
     if problems:
         raise InputError(f"{kb}: not a valid cards.jsonl ({len(problems)} bad card(s)):\n"
                          + first_lines(problems, LISTED_PROBLEMS))
-    con.register("kb_cards", pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String}))
+    return pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String})
+
+
+def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
+    """The relation kb_cards (id, title) in `con`: the cards of `kb` (`read_kb`)."""
+    con.register("kb_cards", read_kb(kb))
 
 
 def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:

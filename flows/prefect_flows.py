@@ -40,7 +40,7 @@ from .engine import THREADS_ENV, write_parquet
 from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
 from .gating import GateOptions, GateOutcome, floors_from, gate_run
 from .ingest import PARTITION_ITEMS, Ingest, IngestAccount
-from .job import JobOptions, resolve_kb, run_job
+from .job import JobOptions, checked_kb, run_job
 from .plan import RunPlan
 from .prefect_settings import (
     CRASH_AFTER_S,
@@ -331,9 +331,9 @@ class LostApi(Exception):
 
 
 def refuse_bad_inputs(options: JobOptions) -> None:
-    """Exit 2 on a --kb that does not exist or a bad baseline before a Prefect server starts
-    (some seconds, the temporary one); the flow run reads the baseline again, in its job."""
-    resolve_kb(options.kb)
+    """Exit 2 on a bad or missing --kb or a bad baseline before a Prefect server starts (some
+    seconds, the temporary one); the flow run reads both again, in its job."""
+    checked_kb(options)
     if options.gate is not None:
         read_baseline(options.gate.baseline)
 

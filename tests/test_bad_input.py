@@ -332,6 +332,18 @@ def test_a_kb_that_was_given_and_does_not_exist_is_refused_before_any_work(tmp_p
     assert not (tmp_path / "wh").exists()
 
 
+def test_a_kb_with_a_bad_card_is_refused_before_any_work(tmp_path):
+    from builders import cli
+
+    write_run(tmp_path / "runs", "run-a", lines=[GOOD])
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text('{"id": "A", "title": "a"}\n{"id": "A", "title": "again"}\n')
+    result = cli("run", "runs", "--kb", str(kb), "--warehouse", "wh", "--report-dir", "rep", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"{kb}:2: id 'A' repeats line 1" in result.stderr
+    assert not (tmp_path / "wh").exists() and not (tmp_path / "rep").exists()
+
+
 def test_runs_are_ordered_by_the_instant_of_created_at(tmp_path):
     # "2026-11-02T01:00:00+05:00" is 2026-11-01T20:00Z: earlier than "2026-11-01T22:00:00Z",
     # though its text sorts after it.
