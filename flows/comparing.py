@@ -41,7 +41,8 @@ def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference:
     if len(run_ids) < 2:
         given = f"only run {run_ids[0]!r} was given" + (" (it is also the --reference)" if reference else "") if run_ids else "no run was given"
         raise InputError(f"compare: {given}; give at least two runs (or one and a --reference other than it)")
-    with open_reader(warehouse, state, run_ids, ("runs", "case_metrics")) as con, naming_damage(warehouse, state):
+    with (open_reader(warehouse, state, run_ids, ("runs", "case_metrics"), every_byte=True) as con,
+          naming_damage(warehouse, state)):
         runs = con.sql(sql.load("report_runs")).pl()
         reference = reference or runs["run_id"][0]  # the oldest given
         k = k or runs.filter(pl.col("run_id") == reference)["headline_k"][0]

@@ -52,7 +52,7 @@ def export_run(warehouse: Warehouse, run_id: str, fmt: str, out: Path | None = N
     if run_id not in state.runs:
         raise InputError(f"export: run {run_id!r} is not in {warehouse.root} (runs: {', '.join(sorted(state.runs))})")
     tables = ("runs", "retrieved") if fmt == "trec-run" else ("runs", "case_metrics")
-    with open_reader(warehouse, state, [run_id], tables) as con, naming_damage(warehouse, state):
+    with open_reader(warehouse, state, [run_id], tables, every_byte=True) as con, naming_damage(warehouse, state):
         run = con.table("runs").pl().row(0, named=True)
         if fmt == "trec-run":
             return _trec_run(con, run_id, out)

@@ -54,7 +54,9 @@ def read_run(warehouse: Warehouse, state: State, run_id: str, k: int | None = No
     if run_id not in state.runs or "runs" not in state.runs[run_id].tables:
         known = ", ".join(sorted(r for r, run in state.runs.items() if "runs" in run.tables))
         raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.root} (known: {known or 'none'})")
-    with open_reader(warehouse, state, [run_id], ("runs", "aggregates", "case_metrics", "cases")) as con:
+    # Every byte of what a verdict rests on is checked against its digest, whatever the stat says.
+    with open_reader(warehouse, state, [run_id], ("runs", "aggregates", "case_metrics", "cases"),
+                     every_byte=True) as con:
         with naming_damage(warehouse, state):
             run = con.table("runs").pl().row(0, named=True)
             k = k or run["headline_k"]

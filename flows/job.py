@@ -132,9 +132,9 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept
     progress = Progress(len(folders))
     with warehouse.transaction() as txn:
-        plans = plan_runs(folders, txn.state, warehouse, k=options.k, ks=options.ks,
-                          relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
         gated = newest_run_id(folders)
+        plans = plan_runs(folders, txn.state, warehouse, newest=gated, k=options.k, ks=options.ks,
+                          relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
         newest = next(plan for plan in plans if plan.run_id == gated)
         if baseline is not None:  # before any work: the newest run must be gateable against it
             refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)

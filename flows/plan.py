@@ -72,19 +72,19 @@ def manifest_digest(folder: RunFolder) -> str:
     return hashlib.sha256(fields.encode()).hexdigest()[:20]
 
 
-def damaged_part(warehouse: Warehouse, run: RunState) -> str | None:
+def damaged_part(warehouse: Warehouse, run: RunState, every_byte: bool) -> str | None:
     for table, part in run.files():
-        damage = part_damage(warehouse, part)
+        damage = part_damage(warehouse, part, every_byte=every_byte)
         if damage:
             return f"part {part.path} of table {table} is {damage}"
     return None
 
 
 def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | None, ks: tuple[int, ...],
-             relevance_level: int, allow_rejects: bool) -> RunPlan:
+             relevance_level: int, allow_rejects: bool, every_byte: bool = False) -> RunPlan:
     headline_k = k or folder.manifest.retrieval_top_k
     committed = state.runs.get(folder.run_id)
-    damage = damaged_part(warehouse, committed) if committed else None
+    damage = damaged_part(warehouse, committed, every_byte) if committed else None
     if damage:
         print(f"retrieval-eval: run {folder.run_id}: {damage}; evaluating it again from its artifacts",
               file=sys.stderr)
@@ -95,5 +95,8 @@ def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | 
     return RunPlan(**{**plan.__dict__, "reuse": "unchanged"})
 
 
-def plan_runs(folders: list[RunFolder], state: State, warehouse: Warehouse, **options) -> list[RunPlan]:
-    return [plan_run(folder, state, warehouse, **options) for folder in folders]
+def plan_runs(folders: list[RunFolder], state: State, warehouse: Warehouse, *, newest: str | None = None,
+              **options) -> list[RunPlan]:
+    """Each run's plan; the parts of the `newest` run (the one the report details and the job
+    gates) are checked to the byte, the others by their stat."""
+    return [plan_run(folder, state, warehouse, every_byte=folder.run_id == newest, **options) for folder in folders]

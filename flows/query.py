@@ -17,7 +17,7 @@ import duckdb
 
 from ..transforms.errors import InputError
 from ..transforms.tables import Table, layout_text
-from .views import add_views, naming_damage, read_state
+from .views import add_views, as_damage, read_state
 from .warehouse import State, Warehouse
 
 READ_STATEMENTS = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
@@ -106,17 +106,14 @@ def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO =
     """Run one read statement and stream its rows to `out`; returns the number of rows."""
     statement = read_only_statement(text)
     state = read_state(warehouse)
-    with sandboxed(warehouse, state) as con, naming_damage(warehouse, state):
+    with sandboxed(warehouse, state) as con:
         try:
             cursor = con.execute(statement)
-        except duckdb.Error as error:
-            raise InputError(f"query failed: {error}") from None
-        columns = [d[0] for d in cursor.description or []]
-        writers = {"json": _write_json, "csv": _write_csv, "table": _write_table}
-        try:
+            columns = [d[0] for d in cursor.description or []]
+            writers = {"json": _write_json, "csv": _write_csv, "table": _write_table}
             return writers[output_format](columns, _rows(cursor) if columns else iter(()), out)
-        except duckdb.Error as error:
-            raise InputError(f"query failed: {error}") from None
+        except duckdb.Error as error:  # the statement's own, or a damaged part's (named with its run)
+            raise as_damage(warehouse, state, error) or InputError(f"query failed: {error}") from None
 
 
 def _write_json(columns: list[str], batches: Iterator[list[tuple]], out: TextIO) -> int:

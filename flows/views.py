@@ -53,10 +53,11 @@ def damage_message(warehouse: Warehouse, table: str, run_id: str, part: PartFile
     return f"{warehouse.root / part.path}: part of table {table} of run {run_id} is {what}; {HEAL}"
 
 
-def part_damage(warehouse: Warehouse, part: PartFile) -> str | None:
+def part_damage(warehouse: Warehouse, part: PartFile, *, every_byte: bool = False) -> str | None:
     """What is wrong with a part, as cheaply as it can be told: its size, and when its mtime
     is not the committed one (a part is never rewritten; a copy without -p also moves it),
-    its digest. `warehouse check` reads every byte whatever the stat says."""
+    its digest. `every_byte` digests it whatever the stat says (what the gate reads, and
+    `warehouse check`)."""
     path = warehouse.root / part.path
     try:
         stat = path.stat()
@@ -64,18 +65,19 @@ def part_damage(warehouse: Warehouse, part: PartFile) -> str | None:
         return "missing"
     if stat.st_size != part.bytes:
         return f"damaged ({stat.st_size} bytes, {part.bytes} committed)"
-    if stat.st_mtime_ns != part.mtime_ns and file_digest(path) != part.blake3:
+    if (every_byte or stat.st_mtime_ns != part.mtime_ns) and file_digest(path) != part.blake3:
         return "damaged (its bytes differ from those committed)"
     return None
 
 
-def checked_parts(warehouse: Warehouse, state: State, table: str, run_ids: Iterable[str] | None = None) -> list[PartFile]:
+def checked_parts(warehouse: Warehouse, state: State, table: str, run_ids: Iterable[str] | None = None, *,
+                  every_byte: bool = False) -> list[PartFile]:
     """A table's committed files for `run_ids` (all runs when None), each present as committed."""
     chosen = sorted(state.runs) if run_ids is None else [r for r in run_ids if r in state.runs]
     parts = []
     for run_id in chosen:
         for part in state.runs[run_id].tables.get(table, []):
-            damage = part_damage(warehouse, part)
+            damage = part_damage(warehouse, part, every_byte=every_byte)
             if damage:
                 raise DamagedPart(damage_message(warehouse, table, run_id, part, damage))
             parts.append(part)
@@ -109,12 +111,13 @@ def read_state(warehouse: Warehouse) -> State:
 
 
 def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State,
-              run_ids: Iterable[str] | None = None, tables: Iterable[str] = TABLES) -> None:
+              run_ids: Iterable[str] | None = None, tables: Iterable[str] = TABLES, *,
+              every_byte: bool = False) -> None:
     """One view per table over the committed files of `run_ids` (all when None)."""
     chosen = None if run_ids is None else list(run_ids)
     with naming_damage(warehouse, state):
         for table in tables:
-            parts = checked_parts(warehouse, state, table, chosen)
+            parts = checked_parts(warehouse, state, table, chosen, every_byte=every_byte)
             if parts:
                 files = [str(warehouse.root / part.path) for part in parts]
                 mixed = union_by_name(parts)
@@ -143,12 +146,12 @@ def with_later_columns(relation: duckdb.DuckDBPyRelation, table: str, *, mixed: 
 
 
 def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Iterable[str] | None = None,
-                tables: Iterable[str] = TABLES) -> duckdb.DuckDBPyConnection:
+                tables: Iterable[str] = TABLES, *, every_byte: bool = False) -> duckdb.DuckDBPyConnection:
     """An in-memory connection with the warehouse's views (see `add_views`)."""
     state = state or read_state(warehouse)
     con = connect()
     try:
-        add_views(con, warehouse, state, run_ids, tables)
+        add_views(con, warehouse, state, run_ids, tables, every_byte=every_byte)
     except BaseException:
         con.close()
         raise
@@ -156,6 +159,9 @@ def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Itera
 
 
 _QUOTED_PATH = re.compile(r'"([^"]+\.parquet)"|\'([^\']+\.parquet)\'|(/\S+\.parquet)')
+# What DuckDB raises on bytes it cannot decode; a flipped byte in a page can also raise the
+# base duckdb.Error itself ("Out of buffer", "Decode bit width too large"), naming no file.
+_DATA_ERRORS = (duckdb.IOException, duckdb.InvalidInputException, duckdb.InternalException)
 
 
 @contextmanager
@@ -164,17 +170,32 @@ def naming_damage(warehouse: Warehouse, state: State) -> Iterator[None]:
     raised as DamagedPart naming the file and its run."""
     try:
         yield
-    except (duckdb.IOException, duckdb.InvalidInputException, duckdb.InternalException) as error:
-        owner = state.owner()
-        for match in _QUOTED_PATH.finditer(str(error)):
-            path = Path(next(g for g in match.groups() if g))
-            try:
-                relative = str(path.relative_to(warehouse.root))
-            except ValueError:
-                continue
-            if relative in owner:
-                table, run_id = owner[relative]
-                part = next(p for p in state.runs[run_id].tables[table] if p.path == relative)
-                raise DamagedPart(damage_message(warehouse, table, run_id, part, f"unreadable ({error})")) from None
-        raise
+    except duckdb.Error as error:
+        damaged = as_damage(warehouse, state, error)
+        if damaged is None:
+            raise
+        raise damaged from None
 
+
+def as_damage(warehouse: Warehouse, state: State, error: duckdb.Error) -> DamagedPart | None:
+    """`error` as the committed part it comes from, when it is DuckDB failing on a file's bytes."""
+    if not isinstance(error, _DATA_ERRORS) and type(error) is not duckdb.Error:
+        return None
+    owner = state.owner()
+    for match in _QUOTED_PATH.finditer(str(error)):
+        path = Path(next(g for g in match.groups() if g))
+        try:
+            relative = str(path.relative_to(warehouse.root))
+        except ValueError:
+            continue
+        if relative in owner:
+            table, run_id = owner[relative]
+            part = next(p for p in state.runs[run_id].tables[table] if p.path == relative)
+            return DamagedPart(damage_message(warehouse, table, run_id, part, f"unreadable ({error})"))
+    # The message names no file: the damaged one is the part whose bytes are not those committed.
+    for table in TABLES:
+        try:
+            checked_parts(warehouse, state, table, every_byte=True)
+        except DamagedPart as damaged:
+            return DamagedPart(f"{damaged} (DuckDB: {error})")
+    return None

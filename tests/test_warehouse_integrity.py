@@ -5,6 +5,7 @@ catalog open, an older DuckDB opening it, a warehouse written before the transac
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from datetime import timedelta
@@ -115,24 +116,30 @@ def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoi
 
 
 @pytest.mark.damages_warehouse
-@pytest.mark.parametrize("damage", ["deleted", "truncated", "corrupt"])
+@pytest.mark.parametrize("damage", ["deleted", "truncated", "corrupt", "corrupt, its mtime kept"])
 def test_a_damaged_part_is_named_with_its_run_and_healed_by_run(sample, damage):
     warehouse = sample / "data" / "warehouse"
     state = Warehouse(warehouse).state()
     [part] = state.runs[REGRESSION].tables["case_metrics"]
     path = warehouse / part.path
-    data = path.read_bytes()
+    data, before = path.read_bytes(), path.stat()
     if damage == "deleted":
         path.unlink()
     elif damage == "truncated":
         path.write_bytes(data[: len(data) // 2])
     else:  # same size, other bytes in the middle
         path.write_bytes(data[:100] + bytes(b ^ 0x5A for b in data[100:400]) + data[400:])
+    if damage == "corrupt, its mtime kept":  # the stat tells nothing: only the bytes do
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     gated = cli("gate", REGRESSION, "--baseline", str(SAMPLE_BASELINE), cwd=sample)
     assert gated.returncode == 2, gated.stdout
     assert str(path) in gated.stderr and f"run {REGRESSION}" in gated.stderr
     assert "retrieval-eval run" in gated.stderr and "Traceback" not in gated.stderr
+    for command in (("compare", REGRESSION, SAMPLE_RUN_IDS[0]), ("export", REGRESSION, "--format", "csv"),
+                    ("query", "select * from case_metrics")):
+        read = cli(*command, cwd=sample)
+        assert read.returncode == 2 and str(path) in read.stderr and "Traceback" not in read.stderr, command
     checked = cli("warehouse", "check", cwd=sample)
     assert checked.returncode == 1 and str(path) in checked.stdout and REGRESSION in checked.stdout
 
