@@ -11,6 +11,7 @@ import polars as pl
 from ..transforms.baseline import dumps, snapshot_case_metrics, snapshot_problems
 from ..transforms.errors import InputError, first_lines
 from .artifacts import read_json_file
+from .engine import written_aside
 from .schemas import validate
 
 LISTED_PROBLEMS = 20
@@ -44,7 +45,7 @@ def read_baseline(path: Path) -> Baseline:
 
 
 def write_baseline(snapshot: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aside = path.with_name(path.name + ".tmp")
-    aside.write_text(dumps(snapshot), encoding="utf-8")
-    aside.replace(path)
+    if not path.is_dir():  # a folder given is named by written_aside
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with written_aside(path) as handle:
+        handle.write(dumps(snapshot))

@@ -70,6 +70,7 @@ def _in_engine_code(frame) -> bool:
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
+import math  # noqa: E402
 import os  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -86,7 +87,7 @@ MAX_INT = 2**31 - 1  # k, and every other count a user gives
 
 def parse_ks(text: str) -> tuple[int, ...]:
     try:
-        ks = tuple(int(part) for part in text.split(",") if part.strip())
+        ks = tuple(int(part) for part in text.split(","))  # an empty item is refused, not skipped
     except ValueError:
         raise argparse.ArgumentTypeError(f"--ks must be a comma-separated list of integers, got {text!r}") from None
     if not ks or min(ks) < 1 or max(ks) > MAX_INT:
@@ -118,8 +119,8 @@ def parse_names(allowed: tuple[str, ...]):
     """An argparse type: a comma-separated list of names, each one of `allowed`."""
 
     def parse(text: str) -> list[str]:
-        names = [part.strip() for part in text.split(",") if part.strip()]
-        unknown = [name for name in names if name not in allowed]
+        names = [part.strip() for part in text.split(",")]
+        unknown = [name for name in names if name not in allowed]  # an empty item among them
         if not names or unknown:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(allowed)}, got {text!r}")
         return list(dict.fromkeys(names))
@@ -129,6 +130,9 @@ def parse_names(allowed: tuple[str, ...]):
 
 positive_int = bounded(int, 1, MAX_INT, f"an integer in [1, {MAX_INT}]")
 fraction = bounded(float, 0.0, 1.0, "a number in [0, 1]")
+# A test at alpha 0 never rejects, at 1 always: both ends are refused.
+significance_level = bounded(float, math.nextafter(0.0, 1.0), math.nextafter(1.0, 0.0),
+                             "a significance level strictly between 0 and 1")
 non_negative = bounded(float, 0.0, 10_000.0, "a number of days >= 0")
 
 
@@ -162,7 +166,7 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="point: fail on a drop past the tolerance; significant: and a paired test at --alpha "
                              "(Holm over the gated lines) tells it from noise; non-inferior: pass only when the "
                              "paired 95%% interval's lower bound is above −tolerance")
-    parser.add_argument("--alpha", type=fraction, default=0.05, help="significance level of --decision significant")
+    parser.add_argument("--alpha", type=significance_level, default=0.05, help="significance level of --decision significant")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -272,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="paired test: sign-flip randomization (exact when small), bootstrap, or t")
     compare.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
                          help="multiple-testing correction over every comparison printed")
-    compare.add_argument("--alpha", type=fraction, default=0.05)
+    compare.add_argument("--alpha", type=significance_level, default=0.05)
     compare.add_argument("--format", choices=("table", "markdown", "json", "html"), default="table")
     compare.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
 
@@ -509,9 +513,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .prefect_settings import prefect_environment
 
     prefect_environment()
-    print(f"serving the nightly deployment ({args.cron}); Ctrl-C to stop", file=sys.stderr)
-    serve(args.cron, job_options(args), args.task_runner, args.dask_address, crash_after_s=args.crash_after)
-    return EXIT_OK
+    try:
+        serve(args.cron, job_options(args), args.task_runner, args.dask_address, crash_after_s=args.crash_after)
+    except SystemExit as stop:  # Prefect's runner takes SIGTERM, and exits 0 on it before it has started
+        if stop.code not in (0, None):
+            raise
+    # Serving ends only on a signal, which Prefect's runner takes (SIGTERM) or swallows (Ctrl-C).
+    return _interrupted(_received[0] if _received else signal.SIGTERM)
 
 
 def cmd_query(args: argparse.Namespace) -> int:

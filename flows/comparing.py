@@ -50,9 +50,21 @@ def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference:
         if lacking:
             raise InputError(f"run {lacking[0]!r} has no metrics at k={k}; re-run it with --ks {k} (or choose --k)")
         cases = con.table("case_metrics").pl().filter(pl.col("k") == k)
+    refuse_unpaired(cases, reference, run_ids, metrics[0])
     comparisons = compare_runs(cases, reference, metrics=metrics, slices=slices, test=test, correction=correction,
                                alpha=alpha)
     groups = tied_groups(cases.filter(pl.col("run_id").is_in(run_ids)), metrics[0], test=test,
                          correction=correction, alpha=alpha)
     return Comparison(reference, k, test, correction, alpha, metrics, slices, comparisons, groups,
                       runs.select("run_id", "created_at"))
+
+
+def refuse_unpaired(cases: pl.DataFrame, reference: str, run_ids: list[str], metric: str) -> None:
+    """A run that scored no case the reference scored has nothing to pair: no comparison, not a tie."""
+    scored = cases.filter(pl.col(metric).is_not_null()).select("run_id", "case_id")
+    shared = scored.join(scored.filter(pl.col("run_id") == reference).select("case_id"), on="case_id")
+    paired = set(shared["run_id"])
+    apart = [run_id for run_id in run_ids if run_id != reference and run_id not in paired]
+    if apart:
+        raise InputError(f"compare: run {apart[0]!r} scored no case that the reference {reference!r} scored; "
+                         "a paired comparison needs cases both runs scored")

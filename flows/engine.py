@@ -3,6 +3,7 @@ worker, and Parquet files written so that a failed write says why."""
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 from collections import deque
@@ -100,7 +101,12 @@ def write_parquet(
 @contextmanager
 def written_aside(path: Path, *, binary: bool = False) -> Iterator[IO]:
     """A handle on a file beside `path`, moved into place once the block ends well: nothing
-    half-written (an interrupt, a full disk) is ever seen at `path`."""
+    half-written (an interrupt, a full disk) is ever seen at `path`. A folder at `path`, or a
+    missing folder to put it in, is named as itself, not as the hidden file beside it."""
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "is a folder; give a file's path", str(path))
+    if not path.parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "no such folder", str(path.parent))
     aside = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
         with open(aside, "wb" if binary else "w", encoding=None if binary else "utf-8",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future as ConcurrentFuture
@@ -44,12 +45,15 @@ from .job import JobOptions, checked_kb, run_job
 from .plan import RunPlan
 from .prefect_settings import (
     CRASH_AFTER_S,
+    ENVIRONMENT,
     HEARTBEAT_S,
+    GateFailed,
     api_for_run,
     check_workers,
     configured,
     crash_stale_runs,
     ensure_crash_automation,
+    plain_run_logs,
 )
 from .reports import ReportOptions, WrittenReport, write_report
 from .warehouse import State, scratch_dir
@@ -215,6 +219,7 @@ def evaluate_flow(
     Paths are made absolute here, before any task leaves for a worker."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
 
+    plain_run_logs()
     if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value():  # a served or deployed run: its death must be seen
         ensure_crash_automation(update=False)
     root = Path(warehouse).absolute()
@@ -236,7 +241,8 @@ def evaluate_flow(
     )
     result = run_job(options, PrefectSteps(batch_items))
     if result.gate is not None and not result.gate.passed:
-        return Failed(message="gate failed: " + "; ".join(result.gate.failures), data=result)
+        message = "gate failed: " + "; ".join(result.gate.failures)
+        return Failed(message=message, data=GateFailed(message, result))
     return Completed(data=result)
 
 
@@ -314,7 +320,9 @@ def dask_worker_env(api_url: str | None) -> dict[str, str]:
     # A worker's own errors are infrastructure's: a failed task reaches the driver, and a lost
     # worker is the nanny's (in the driver) to say. At the end of a good run a worker can still
     # log a heartbeat the closing scheduler no longer answered, with its traceback.
-    env["DASK_LOGGING__DISTRIBUTED"] = os.environ.get("DASK_LOGGING__DISTRIBUTED", "critical")
+    # (The driver's own "error" level, set by the command, is not a user's choice.)
+    chosen = os.environ.get("DASK_LOGGING__DISTRIBUTED")
+    env["DASK_LOGGING__DISTRIBUTED"] = chosen if chosen not in (None, ENVIRONMENT["DASK_LOGGING__DISTRIBUTED"]) else "critical"
     if api_url:
         env["PREFECT_API_URL"] = api_url
     return env
@@ -348,8 +356,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     import httpx
 
     refuse_bad_inputs(options)
-    dask = task_runner == "dask" or dask_address is not None
-    with configured(), api_for_run(dask=dask, dask_address=dask_address) as api_url:
+    with configured(), api_for_run(dask_address=dask_address) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
         try:
             with worker_spawn_environment(task_runner, dask_address, api_url):
@@ -362,6 +369,8 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     if return_state:
         return state
     result = state.result(raise_on_failure=False)
+    if isinstance(result, GateFailed):
+        return result.result  # the caller exits 1 on it
     if isinstance(result, BaseException):
         raise result
     return result
@@ -370,7 +379,8 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
 def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, task_runner: str = "thread",
           dask_address: str | None = None, timezone: str = "UTC", crash_after_s: float = CRASH_AFTER_S) -> None:
     """Serve the `nightly` deployment from this process until interrupted (against
-    PREFECT_API_URL when set; otherwise a temporary server that lives as long as this process).
+    PREFECT_API_URL when set; otherwise a `prefect server start` of its own, whose scheduler
+    makes the cron's runs, that lives as long as this process).
 
     Its flow runs send heartbeats, and an automation marks a run Crashed when they stop for
     `crash_after_s` (its process was killed); runs that a dead server process left Running are
@@ -380,8 +390,7 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
     options = options or JobOptions()
     refuse_bad_inputs(options)
     os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
-    dask = task_runner == "dask" or dask_address is not None
-    with configured(served=True), api_for_run(dask=dask, dask_address=dask_address, start=True) as api_url:
+    with configured(served=True), api_for_run(dask_address=dask_address, services=True) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
         deployment = evaluate_flow.with_options(task_runner=runner).to_deployment(
             name=DEPLOYMENT_NAME,
@@ -393,5 +402,7 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
         )
         crash_stale_runs(deployment.apply())
         ensure_crash_automation(crash_after_s)
+        print(f"serving the nightly deployment ({cron}) on the Prefect API at {api_url}; Ctrl-C to stop",
+              file=sys.stderr)
         with worker_spawn_environment(task_runner, dask_address, api_url):
-            serve_deployments(deployment)
+            serve_deployments(deployment, print_starting_message=False)

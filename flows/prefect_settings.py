@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -20,6 +25,7 @@ HEALTH_TIMEOUT_S = 3.0
 HEARTBEAT_S = 30  # Prefect's least; each costs nothing measurable, but ~1 s when a flow run ends
 CRASH_AFTER_S = 90  # a flow run silent this long (its heartbeats stopped) is marked Crashed
 EVENTS_RECONNECTIONS = 2  # Prefect's events client tries 10 times per event (~7 s each) otherwise
+SERVER_POLL_S, SERVER_STOP_S = 0.5, 15  # `serve`'s own server: how often it is asked if it is up, how long it may take to stop
 SERVICE_DRAIN_S = 5  # at most this long to send a run's last logs and events to its temporary server
 CRASH_AUTOMATION = "retrieval-eval-crash-silent-flow-runs"
 # Set in the command's environment (flows/cli.py) before Prefect is imported, since Prefect's
@@ -67,20 +73,41 @@ def quiet_prefect_loggers(level: int) -> list[tuple[logging.Logger | logging.Han
     return changed
 
 
+class GateFailed(Exception):
+    """A flow run's failed gate, as the data of its Failed state: an exception, so that Prefect
+    logs it as one (a failed state's other data it logs with a traceback of its own making),
+    carrying the job's result for the caller."""
+
+    def __init__(self, message: str, result: Any) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class PlainExpectedErrors(logging.Filter):
     """Prefect's engines log a failed flow or task run with its traceback. A failure the command
-    explains in one line (bad input, a damaged warehouse, a full or read-only disk: flows/cli.py)
-    keeps its log message and loses the traceback, so a user who chose a Prefect log level sees
-    what went wrong, not the engine's frames."""
+    explains in one line (bad input, a damaged warehouse, a full or read-only disk: flows/cli.py;
+    a failed gate) is logged as that line, without the engine's frames, so a user who chose a
+    Prefect log level sees what went wrong."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and isinstance(record.exc_info[1], (InputError, OSError)):
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, (InputError, OSError, GateFailed)):
             record.exc_info = None
             record.exc_text = None
+            if isinstance(error, GateFailed):
+                record.msg, record.args = str(error), None
         return True
 
 
 RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")
+PLAIN_EXPECTED_ERRORS = PlainExpectedErrors()
+
+
+def plain_run_logs() -> None:
+    """The run loggers of this process log expected failures plainly: a served or deployed
+    run's own process enters the flow without `configured` (adding a filter twice is a no-op)."""
+    for name in RUN_LOGGERS:
+        logging.getLogger(name).addFilter(PLAIN_EXPECTED_ERRORS)
 
 
 @contextmanager
@@ -108,31 +135,31 @@ def configured(*, served: bool = False) -> Iterator[None]:
                                PREFECT_FLOWS_HEARTBEAT_FREQUENCY: HEARTBEAT_S if served else None}
     EventsWorker.set_client_override(PrefectEventsClient, reconnection_attempts=EVENTS_RECONNECTIONS)
     restore = [] if "PREFECT_LOGGING_LEVEL" in os.environ else quiet_prefect_loggers(logging.CRITICAL)
-    plain = PlainExpectedErrors()
-    for name in RUN_LOGGERS:
-        logging.getLogger(name).addFilter(plain)
+    plain_run_logs()
     try:
         with temporary_settings(updates=updates, set_defaults=defaults):
             yield
     finally:
         for name in RUN_LOGGERS:
-            logging.getLogger(name).removeFilter(plain)
+            logging.getLogger(name).removeFilter(PLAIN_EXPECTED_ERRORS)
         for item, level in restore:
             item.setLevel(level)
 
 
 @contextmanager
-def api_for_run(*, dask: bool, dask_address: str | None = None, start: bool = False) -> Iterator[str | None]:
-    """The Prefect API the flow run reports to, checked before any work. Without one, the
-    temporary server is started here when worker processes must be pointed at it (local Dask)
-    or when `start` asks (serving), and stopped when the block ends (inside `configured`: its
-    goodbye is as quiet as the rest of Prefect's output; left to Prefect's exit hook, it printed
-    an INFO line after every such run); otherwise Prefect starts it on first use. Workers of an
+def api_for_run(*, dask_address: str | None = None, services: bool = False) -> Iterator[str | None]:
+    """The Prefect API the flow run reports to, checked before any work. Without one, a server
+    is started here, set as PREFECT_API_URL for the block (so that this process's bounded
+    events client, the Dask workers and a served run's process all report to it), and stopped
+    when the block ends (inside `configured`: its goodbye is as quiet as the rest of Prefect's
+    output). `services` (serving): `prefect server start`, whose scheduler makes the cron's
+    runs (Prefect's temporary server runs none); otherwise the temporary server. Workers of an
     existing Dask cluster must report to this process's API: without one, that is refused."""
     from prefect.settings import (
         PREFECT_API_URL,
         PREFECT_SERVER_EPHEMERAL_ENABLED,
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        temporary_settings,
     )
 
     url = PREFECT_API_URL.value()
@@ -145,23 +172,73 @@ def api_for_run(*, dask: bool, dask_address: str | None = None, start: bool = Fa
             f"--dask-address {dask_address}: its workers must report to a Prefect server this process "
             "reports to too; start one (`prefect server start`) and set PREFECT_API_URL here and on the workers"
         )
-    if not (dask or start) or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-        yield None
+    if not services and not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+        yield None  # Prefect says what it needs
         return
-    from prefect.server.api.server import SubprocessASGIServer
+    if services:
+        server: Any = ServerWithServices()
+    else:
+        from prefect.server.api.server import SubprocessASGIServer
 
-    server = SubprocessASGIServer()
+        server = SubprocessASGIServer()
     try:
         server.start(timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-        yield server.api_url
-    finally:
-        # The run's last logs and events are sent before their server goes.
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogWorker
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            try:
+                yield server.api_url
+            finally:  # the run's last logs and events are sent before their server goes
+                from prefect.events.worker import EventsWorker
+                from prefect.logging.handlers import APILogWorker
 
-        for service in (APILogWorker, EventsWorker):
-            service.drain_all(timeout=SERVICE_DRAIN_S)
+                for service in (APILogWorker, EventsWorker):
+                    service.drain_all(timeout=SERVICE_DRAIN_S)
+    finally:
         server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServerWithServices:
+    """`prefect server start` on a free local port, without the UI, for as long as `serve`
+    runs: on Prefect's default database (PREFECT_HOME), so the served runs' history outlives it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.process: subprocess.Popen | None = None
+        self.log = tempfile.TemporaryFile()
+
+    def start(self, timeout: float) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port), "--no-ui",
+             "--analytics-off"], stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                self.log.seek(0)
+                said = self.log.read().decode(errors="replace").strip().splitlines()[-3:]
+                raise InputError(f"`prefect server start` exited {self.process.returncode}: " + " / ".join(said))
+            try:
+                check_api(self.api_url)
+                return
+            except InputError:
+                if time.monotonic() > deadline:
+                    raise InputError(f"`prefect server start` did not answer at {self.api_url} within {timeout} s") from None
+                time.sleep(SERVER_POLL_S)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(SERVER_STOP_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
 
 
 def check_workers(client, api_url: str | None) -> None:

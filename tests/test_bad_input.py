@@ -162,6 +162,8 @@ def test_empty_cases_file_is_refused(tmp_path):
          r"not valid JSON \(NaN is not a JSON number\)"),
         ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": {"t": 1e999}}',
          r"not valid JSON \(1e999 is too large for a number\)"),
+        ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 4, "config": {"t": ' + "9" * 5000 + "}}",
+         r"not valid JSON \(an integer of 5000 digits is too large for a number\)"),
         ('{"run_id": "run-a", "created_at": "2026-11-01T00:00:00Z", "retrieval_top_k": 3, "retrieval_top_k": 5}',
          r"not valid JSON \(key 'retrieval_top_k' is written twice in one object\)"),
     ],
@@ -289,7 +291,8 @@ def test_a_number_beyond_a_double_in_a_field_the_metrics_ignore_is_loaded_on_eve
     # JSON has no range for numbers (SPEC 3: any other field is never an error). Arrow's reader
     # refuses 1e999 wherever it stands, so such a file goes line by line, and its clean copy
     # must not hold it; beside a bad line the verdicts are the same.
-    big = GOOD.replace('"good"', '"big"')[:-1] + ', "answer_score": 1e999, "x": -1e999}'
+    # Nor an integer past Python's 4,300-digit limit for int(), which Arrow reads as a double.
+    big = GOOD.replace('"good"', '"big"')[:-1] + ', "answer_score": 1e999, "x": -1e999, "n": ' + "9" * 5000 + "}"
     big_item = json.dumps(case("big-item", [{"id": "A::00", "parent_id": "A", "metadata": {"n": 1}}], ["A"]))
     big_item = big_item.replace('{"n": 1}', '{"n": 1e999}')
     for name, neighbours in (("clean", []), ("beside-a-bad-line", ['{"case_id": "x",'])):

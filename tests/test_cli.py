@@ -208,6 +208,15 @@ def test_unreadable_gzip_cases_file_exits_2_naming_the_file(tmp_path, spoil, dam
         (["run", "--k", str(2**63)], "expected an integer in [1, 2147483647]"),
         (["run", "--ks", f"1,{2**63}"], "--ks values must be integers in [1, 2147483647]"),
         (["query", "select 1", "--warehouse", "nowhere"], "no warehouse here yet"),
+        # an empty item is a typo, not a shorter list
+        (["run", "--ks", "1,,2"], "--ks must be a comma-separated list of integers, got '1,,2'"),
+        (["run", "--ks", "1,"], "--ks must be a comma-separated list of integers, got '1,'"),
+        (["compare", "a", "b", "--metrics", "hit_at_k,,ndcg_at_k"], "got 'hit_at_k,,ndcg_at_k'"),
+        # a test at alpha 0 never rejects and at 1 always does
+        (["gate", "r", "--alpha", "0"], "expected a significance level strictly between 0 and 1, got '0'"),
+        (["gate", "r", "--alpha", "1"], "strictly between 0 and 1, got '1'"),
+        (["compare", "a", "b", "--alpha", "1"], "strictly between 0 and 1, got '1'"),
+        (["compare", "a", "b", "--alpha", "nan"], "strictly between 0 and 1, got 'nan'"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):

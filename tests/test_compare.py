@@ -89,3 +89,14 @@ def test_table_markdown_and_html_render_one_model(sample):
 def test_bad_input_is_exit_2_naming_it(sample, args, message):
     result = cli("compare", *args, cwd=sample)
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_runs_with_no_scored_case_in_common_are_not_called_tied(tmp_path):
+    from builders import case, chunk, write_run
+
+    write_run(tmp_path / "runs", "old", [case("a", [chunk("A::00", "A")], ["A"])], created_at="2026-11-01T00:00:00Z")
+    write_run(tmp_path / "runs", "new", [case("b", [chunk("B::00", "B")], ["B"])], created_at="2026-11-02T00:00:00Z")
+    assert cli("run", "runs", "--warehouse", "wh", "--report-dir", "rep", cwd=tmp_path).returncode == 0
+    result = cli("compare", "old", "new", "--warehouse", "wh", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "run 'new' scored no case that the reference 'old' scored" in result.stderr

@@ -56,3 +56,17 @@ def test_ordered_map_stopped_early_runs_nothing_more():
     made = len(calls)
     time.sleep(0.05)
     assert made == len(calls) <= 4
+
+
+def test_a_file_written_aside_names_a_missing_folder_or_a_folder_given_and_leaves_nothing(tmp_path):
+    import pytest
+
+    with pytest.raises(FileNotFoundError) as missing, engine.written_aside(tmp_path / "no" / "dir" / "x.csv"):
+        raise AssertionError("the block must not run")
+    assert missing.value.filename == str(tmp_path / "no" / "dir")  # not the hidden partial file
+    with pytest.raises(IsADirectoryError) as folder, engine.written_aside(tmp_path):
+        raise AssertionError("the block must not run")
+    assert folder.value.filename == str(tmp_path)
+    with engine.written_aside(tmp_path / "x.csv") as handle:
+        handle.write("a\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.csv"] and (tmp_path / "x.csv").read_text() == "a\n"

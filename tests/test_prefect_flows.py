@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from builders import (
 from polars.testing import assert_frame_equal
 from retrieval_eval.flows import prefect_flows
 from retrieval_eval.flows.gating import GateOptions
+from retrieval_eval.flows.prefect_settings import GateFailed, free_port
 from retrieval_eval.flows.warehouse import SCRATCH, Warehouse
 from retrieval_eval.transforms.errors import InputError
 from test_reliability import synthetic_cases
@@ -71,10 +71,11 @@ def artifacts_of(flow_run_id) -> dict:
     return {artifact.key: artifact for artifact in found if artifact.key}
 
 
-def command(*args: str, api_url: str | None, **popen) -> subprocess.Popen:
+def command(*args: str, api_url: str | None, env_more: dict[str, str] | None = None, **popen) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}  # as a user's shell has it
     if api_url:
         env["PREFECT_API_URL"] = api_url
+    env.update(env_more or {})
     return subprocess.Popen([sys.executable, "-m", "retrieval_eval", *args], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
@@ -94,7 +95,9 @@ def test_a_failed_gate_fails_the_flow_run_after_its_artifacts(tracked_thread_run
     options, state = tracked_thread_run
     assert state.is_failed(), state
     assert state.message.startswith("gate failed: hit_at_k on locale=pt-BR")
-    result = state.result(raise_on_failure=False)
+    failed = state.result(raise_on_failure=False)
+    assert isinstance(failed, GateFailed) and str(failed) == state.message
+    result = failed.result
     assert result.run_ids == RUN_IDS and result.gate is not None and not result.gate.passed
     with get_client(sync_client=True) as client:
         flow_run = client.read_flow_run(state.state_details.flow_run_id)
@@ -133,7 +136,14 @@ def test_thread_and_dask_runners_load_what_the_in_process_job_loads(tracked_thre
     assert_frame_equal(view(dask.warehouse, "case_metrics"), view(in_process.warehouse, "case_metrics"))
 
 
-def test_dask_workers_get_one_engine_thread_each_and_the_drivers_api():
+def test_dask_workers_get_one_engine_thread_each_and_the_drivers_api(monkeypatch):
+    # The command sets the driver's distributed logging to "error" (prefect_environment): the
+    # workers stay at "critical", where a heartbeat the closing scheduler missed is not printed,
+    # unless the user chose a level.
+    monkeypatch.setenv("DASK_LOGGING__DISTRIBUTED", "error")
+    assert prefect_flows.dask_worker_env(None)["DASK_LOGGING__DISTRIBUTED"] == "critical"
+    monkeypatch.setenv("DASK_LOGGING__DISTRIBUTED", "debug")
+    assert prefect_flows.dask_worker_env(None)["DASK_LOGGING__DISTRIBUTED"] == "debug"
     kwargs = prefect_flows.dask_cluster_kwargs("http://127.0.0.1:4200/api")
     assert (kwargs["n_workers"], kwargs["threads_per_worker"], kwargs["processes"]) == (2, 1, True)
     assert kwargs["env"]["RETRIEVAL_EVAL_THREADS"] == "1" and kwargs["env"]["POLARS_MAX_THREADS"] == "1"
@@ -280,12 +290,6 @@ def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path
     assert Warehouse(options.warehouse).state().version == before  # nothing was committed again
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def server_of_its_own(tmp_path_factory):
     """A Prefect server of this test's own, on a database of its own (the session's test
@@ -398,3 +402,61 @@ def test_serve_registers_the_nightly_deployment_and_a_killed_flow_run_is_crashed
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def processes_with(text: str) -> list[int]:
+    """This machine's processes whose environment holds `text`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text.encode() in (entry / "environ").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return found
+
+
+def test_serve_without_an_api_gets_a_server_whose_scheduler_makes_the_cron_runs(tmp_path):
+    # Prefect's temporary server runs no scheduler: a deployment served on it never fired. The
+    # run it serves fails its gate (the pt-BR regression against the sample baseline): that is
+    # logged as the gate's line, without a traceback (a Failed state's plain data had one),
+    # for a user who asked for Prefect's errors.
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    home = tmp_path / "prefect-home"  # the server's database: this test's own
+    runs = tmp_path / "runs"
+    shutil.copytree(SAMPLE_RUNS / RUN_IDS[-1], runs / RUN_IDS[-1])
+    server = command("serve", str(runs), "--cron", "* * * * *", "--warehouse", str(tmp_path / "wh"),
+                     "--report-dir", str(tmp_path / "rep"), "--baseline", str(SAMPLE_BASELINE), api_url=None, env_more={"PREFECT_HOME": str(home), "PREFECT_LOGGING_LEVEL": "ERROR"},
+                     start_new_session=True)
+    try:
+        first = server.stderr.readline()  # said once its server answers
+        assert "serving the nightly deployment (* * * * *) on the Prefect API at http://127.0.0.1:" in first, first
+        api_url = first.split(" at ")[1].split(";")[0]
+        ended, deadline = [], time.monotonic() + 240
+        with temporary_settings(updates={PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+            while not ended:
+                assert server.poll() is None and time.monotonic() < deadline, "no cron run ended"
+                time.sleep(2)
+                ended = client.read_flow_runs(flow_run_filter=FlowRunFilter(state=FlowRunFilterState(
+                    type=FlowRunFilterStateType(any_=["COMPLETED", "FAILED", "CRASHED"]))))
+        assert ended[0].deployment_id is not None and ended[0].auto_scheduled
+        assert ended[0].state.type.value == "FAILED" and ended[0].state.message.startswith("gate failed: "), ended[0].state
+        assert (tmp_path / "rep" / "report.md").is_file()
+        server.send_signal(signal.SIGTERM)
+        said, rest = server.communicate(timeout=60)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+    assert server.returncode == 143, rest
+    assert rest.strip().splitlines()[-1].startswith("retrieval-eval: terminated (SIGTERM)"), rest
+    output = said + rest  # the flow run's own process writes to the serving one's stdout
+    assert "gate failed: hit_at_k on locale=pt-BR" in output and "Traceback" not in output, output
+    assert processes_with(str(home)) == []  # its server stopped with it

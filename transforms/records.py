@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 
 REQUIRED_TEXT_FIELDS = ("case_id", "locale", "category")
@@ -75,6 +76,19 @@ def _finite_float(text: str) -> float:
     return value
 
 
+def _any_int(text: str) -> int | float:
+    """An integer past Python's digit limit for int() read as the double it rounds to, as
+    Arrow's reader does (so a field the metrics ignore may hold one on either path)."""
+    return int(text) if len(text) <= sys.get_int_max_str_digits() else float(text)
+
+
+def _bounded_int(text: str) -> int:
+    """In a document the project keeps, an integer past that limit is refused, in our words."""
+    if len(text) > sys.get_int_max_str_digits():
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits is too large for a number")
+    return int(text)
+
+
 def _loads(text: str, **hooks) -> object:
     """json.loads without NaN and Infinity (not JSON), and with nesting deeper than Python's
     recursion allows as the ValueError every other refusal is."""
@@ -88,13 +102,13 @@ def strict_json_loads(text: str) -> object:
     """A whole JSON document the project keeps (a manifest, whose config goes into the `runs`
     table, a baseline): a number beyond a double or a key written twice in one object (json.loads
     would keep the last silently) is refused anywhere in it, as NaN and Infinity are."""
-    return _loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float)
+    return _loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float, parse_int=_bounded_int)
 
 
 def parse_json_line(text: str) -> object:
     """One line of JSON as the record rules read it: each object knows the keys written in it
     more than once (`written_twice`). Raises ValueError."""
-    return _loads(text, object_pairs_hook=_object)
+    return _loads(text, object_pairs_hook=_object, parse_int=_any_int)
 
 
 def written_twice(obj: dict, fields: frozenset[str]) -> str | None:
