@@ -534,9 +534,14 @@ def cmd_warehouse_check(args: argparse.Namespace) -> int:
     from .warehouse import Warehouse
     from .warehouse_check import check_warehouse
 
-    problems = check_warehouse(Warehouse(args.warehouse))
+    checked = check_warehouse(Warehouse(args.warehouse))
+    problems = checked.problems
     for problem in problems:
         print(problem)
+    if checked.uncommitted:
+        print(f"warehouse check: {len(checked.uncommitted)} file(s) of a transaction that has not ended (a writer "
+              f"running now, or killed: the next `retrieval-eval run` removes them), e.g. {checked.uncommitted[0]}",
+              file=sys.stderr)
     if problems:
         print(f"warehouse check: {len(problems)} problem(s)", file=sys.stderr)
         return EXIT_FAILED

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -116,12 +117,31 @@ def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO =
             raise as_damage(warehouse, state, error) or InputError(f"query failed: {error}") from None
 
 
+def _json_row(columns: list[str], row: tuple) -> str:
+    """One row as strict JSON: NaN and ±Infinity (which JSON has no word for) are null."""
+    record = dict(zip(columns, row, strict=True))
+    try:
+        return json.dumps(record, default=str, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(record), default=str, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _write_json(columns: list[str], batches: Iterator[list[tuple]], out: TextIO) -> int:
     n = 0
     out.write("[")
     for rows in batches:
         for row in rows:
-            out.write(("," if n else "") + "\n  " + json.dumps(dict(zip(columns, row, strict=True)), default=str))
+            out.write(("," if n else "") + "\n  " + _json_row(columns, row))
             n += 1
     out.write("\n]\n" if n else "]\n")
     return n

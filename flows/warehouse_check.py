@@ -5,6 +5,8 @@ written before the log existed, whose catalog alone said which files make each r
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -13,13 +15,29 @@ from ..transforms.errors import InputError
 from .catalog import write_catalog
 from .summary import write_summary
 from .views import HEAL
-from .warehouse import LOG, RunCommit, State, Warehouse, describe_part, file_digest
+from .warehouse import (
+    LOG,
+    PENDING,
+    RunCommit,
+    State,
+    Warehouse,
+    describe_part,
+    file_digest,
+)
 
 
-def check_warehouse(warehouse: Warehouse) -> list[str]:
-    """One line per committed part that is not as committed (missing, another size or
+@dataclass(frozen=True)
+class WarehouseCheck:
+    problems: list[str]  # none when all is well
+    uncommitted: list[str]  # files of a transaction that has not ended: a writer now, or a killed one
+
+
+def check_warehouse(warehouse: Warehouse) -> WarehouseCheck:
+    """One problem per committed part that is not as committed (missing, another size or
     digest, not readable Parquet, another row count), per file the log does not know, and,
-    when every part is whole, per row that breaks a data audit; none when all is well."""
+    when every part is whole, per row that breaks a data audit. The files of a transaction
+    still pending (its writer running, or killed: the next writer removes them) are not
+    damage: they are listed apart."""
     if not warehouse.exists():
         raise InputError(f"{warehouse.root}: no warehouse here (no {LOG}/ folder)")
     state = warehouse.state()
@@ -51,9 +69,13 @@ def check_warehouse(warehouse: Warehouse) -> list[str]:
         if str(p.relative_to(warehouse.root)) not in referenced
         and str(p.relative_to(warehouse.root)) not in {item["path"] for item in state.superseded}
     )
+    pending = tuple(f"part-{marker.stem}-" for marker in (warehouse.log_dir / PENDING).glob("*.json"))
+    uncommitted = [path for path in unknown if pending and Path(path).name.startswith(pending)]
     damaged = bool(problems)
-    problems += [f"{warehouse.root / path}: not in the transaction log (left as it is)" for path in unknown]
-    return problems if damaged else problems + audit_warehouse(warehouse)
+    problems += [f"{warehouse.root / path}: not in the transaction log (left as it is)"
+                 for path in unknown if path not in uncommitted]
+    return WarehouseCheck(problems if damaged else problems + audit_warehouse(warehouse),
+                          [str(warehouse.root / path) for path in uncommitted])
 
 
 def adopt_legacy_catalog(warehouse: Warehouse) -> State:

@@ -47,6 +47,15 @@ def test_query_json_is_an_array_of_row_objects(sample_run):
     assert len(rows) == 4
 
 
+def test_query_json_is_strict_json_with_null_for_what_json_cannot_say(sample_run):
+    root, _ = sample_run
+    result = cli("query", "select 'nan'::double as a, [1.5, '-inf'::double] as b, {'x': 'inf'::double} as c",
+                 "--format", "json", cwd=root)
+    assert result.returncode == 0, result.stderr
+    strict = json.loads(result.stdout, parse_constant=lambda token: pytest.fail(f"{token} is not JSON"))
+    assert strict == [{"a": None, "b": [1.5, None], "c": {"x": None}}]
+
+
 def test_query_works_from_any_working_directory(sample_run, tmp_path):
     root, _ = sample_run
     result = cli(

@@ -309,6 +309,32 @@ def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp
     assert not any(path.exists() or path.parent.exists() for path in left)
 
 
+def test_warehouse_check_lists_a_killed_writers_files_apart_from_damage(sample):
+    # What SIGKILL leaves: the writer's marker and the parts it wrote, in no log entry.
+    import json
+
+    from retrieval_eval.flows.warehouse import PENDING, new_part
+
+    warehouse = sample / "data" / "warehouse"
+    dead = "20261201T000000-deadbeef"
+    (warehouse / "_log" / PENDING).mkdir(exist_ok=True)
+    (warehouse / "_log" / PENDING / f"{dead}.json").write_text(json.dumps({"txn": dead, "runs": [REGRESSION]}))
+    left = new_part(warehouse, dead, "cases", REGRESSION)
+    left.write_bytes(b"uncommitted")
+    stray = warehouse / "cases" / f"run_id={REGRESSION}" / "part-of-no-transaction.parquet"
+    stray.write_bytes(b"someone's")
+    checked = cli("warehouse", "check", cwd=sample)
+    assert checked.returncode == 1  # the stray file, which no transaction accounts for
+    assert str(stray) in checked.stdout and str(left) not in checked.stdout
+    assert "1 file(s) of a transaction that has not ended" in checked.stderr and str(left) in checked.stderr
+    stray.unlink()
+    assert cli("warehouse", "check", cwd=sample).returncode == 0  # a killed writer's files are not damage
+    assert cli("run", cwd=sample).returncode == 0
+    assert not left.exists()
+    cleaned = cli("warehouse", "check", cwd=sample)
+    assert cleaned.returncode == 0 and "has not ended" not in cleaned.stderr
+
+
 def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_path, monkeypatch):
     # The log entry is linked into place, then flushing the log's folder fails (EIO): the
     # commit raises, but the log names the run's parts, so ending the transaction must not
