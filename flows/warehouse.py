@@ -53,6 +53,12 @@ class WarehouseBusy(InputError):
     """Another process holds the warehouse lock past the timeout."""
 
 
+# The log is what says which files make each run: nothing in the warehouse can stand in for a
+# lost entry, and no command writes over a history it cannot read.
+LOG_HEAL = ("nothing is written until it is whole again: restore the file from a backup, or move the "
+            "warehouse aside and run `retrieval-eval run` over the runs' artifacts into a new one")
+
+
 class DamagedLog(InputError):
     """An entry of the transaction log cannot be read."""
 
@@ -216,12 +222,9 @@ class Warehouse:
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as error:
-            raise DamagedLog(
-                f"{path}: a transaction log entry cannot be read ({error}); "
-                "see `retrieval-eval warehouse check`"
-            ) from None
+            raise DamagedLog(f"{path}: a transaction log entry cannot be read ({error}); {LOG_HEAL}") from None
         if not isinstance(entry, dict) or entry.get("format") != LOG_FORMAT:
-            raise DamagedLog(f"{path}: not a transaction log entry of this version of retrieval-eval")
+            raise DamagedLog(f"{path}: not a transaction log entry of this version of retrieval-eval; {LOG_HEAL}")
         return entry
 
     def state(self) -> State:
@@ -242,7 +245,7 @@ class Warehouse:
         expected = start + 1
         for version in (v for v in deltas if v > start):
             if version != expected:
-                raise DamagedLog(f"{self.log_dir}: log entry {expected:020d}.json is missing")
+                raise DamagedLog(f"{self.log_dir}: log entry {expected:020d}.json is missing; {LOG_HEAL}")
             entry = self._read_entry(f"{version:020d}.json")
             warehouse_id = warehouse_id or entry["warehouse_id"]
             for run_id, change in entry["runs"].items():

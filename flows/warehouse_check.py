@@ -18,6 +18,7 @@ from .views import HEAL
 from .warehouse import (
     LOG,
     PENDING,
+    DamagedLog,
     RunCommit,
     State,
     Warehouse,
@@ -40,7 +41,10 @@ def check_warehouse(warehouse: Warehouse) -> WarehouseCheck:
     damage: they are listed apart."""
     if not warehouse.exists():
         raise InputError(f"{warehouse.root}: no warehouse here (no {LOG}/ folder)")
-    state = warehouse.state()
+    try:
+        state = warehouse.state()
+    except DamagedLog as damaged:  # damage found: the check's verdict (exit 1), not bad input
+        return WarehouseCheck([str(damaged)], [])
     problems = []
     for run_id, run in sorted(state.runs.items()):
         for table, part in run.files():

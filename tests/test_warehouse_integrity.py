@@ -309,6 +309,26 @@ def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp
     assert not any(path.exists() or path.parent.exists() for path in left)
 
 
+@pytest.mark.damages_warehouse
+@pytest.mark.parametrize("damage", ["unreadable", "missing"])
+def test_a_damaged_log_entry_is_named_by_check_and_nothing_writes_over_it(sample, damage):
+    warehouse = sample / "data" / "warehouse"
+    [entry] = sorted((warehouse / "_log").glob("*[0-9].json"))[:1]
+    if damage == "unreadable":
+        entry.write_text("{")
+    else:  # a later entry must exist for a gap: the sample's first run makes one more
+        assert cli("run", f"data/runs/{SAMPLE_RUN_IDS[0]}", "--ks", "1,4", cwd=sample).returncode == 0
+        entry.unlink()
+    files = sorted(p.relative_to(warehouse) for p in warehouse.rglob("*.parquet"))
+    checked = cli("warehouse", "check", cwd=sample)
+    assert checked.returncode == 1 and "Traceback" not in checked.stderr  # damage found, said as such
+    assert "restore the file from a backup" in checked.stdout and "warehouse check" not in checked.stdout
+    for command in (("run",), ("query", "select 1"), ("warehouse", "rebuild")):
+        refused = cli(*command, cwd=sample)
+        assert refused.returncode == 2 and "nothing is written until it is whole again" in refused.stderr, command
+    assert sorted(p.relative_to(warehouse) for p in warehouse.rglob("*.parquet")) == files
+
+
 def test_warehouse_check_lists_a_killed_writers_files_apart_from_damage(sample):
     # What SIGKILL leaves: the writer's marker and the parts it wrote, in no log entry.
     import json
