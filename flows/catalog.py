@@ -26,14 +26,28 @@ STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
 META_TABLE = "_retrieval_eval"  # warehouse_id, log_version, root
 
 
+# What a catalog this project made holds; anything else in it is a user's own (a table, a
+# view), which a catalog written anew would drop: such a file is moved aside, never overwritten.
+OWN_TABLES = [META_TABLE, "_partitions"]
+_OTHER_OBJECTS = """
+    select table_name from duckdb_tables() where not internal and not list_contains($tables, table_name)
+    union all
+    select view_name from duckdb_views() where not internal and not list_contains($views, view_name)
+"""
+
+
+def _others(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [row[0] for row in con.execute(_OTHER_OBJECTS, {"tables": OWN_TABLES, "views": list(TABLES)}).fetchall()]
+
+
 def _made_for(path: Path) -> tuple | None:
     """(warehouse_id, log_version, root) an existing catalog was made for; None when there is
-    no file or it holds no such record."""
+    no file, it holds no such record, or it holds objects of someone else's."""
     if not path.exists():
         return None
     try:
         with duckdb.connect(str(path), read_only=True) as con:
-            return con.execute("select warehouse_id, log_version, root from _retrieval_eval").fetchone()
+            return None if _others(con) else con.execute("select warehouse_id, log_version, root from _retrieval_eval").fetchone()
     except duckdb.Error:
         return None
 
@@ -56,6 +70,8 @@ def _owned(path: Path, warehouse_id: str | None) -> bool:
     try:
         with duckdb.connect(str(path), read_only=True) as con:
             tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
+            if _others(con):
+                return False
             if META_TABLE in tables:
                 row = con.execute("select warehouse_id from _retrieval_eval").fetchone()
                 return row is not None and row[0] == warehouse_id  # an emptied record: not ours
@@ -100,8 +116,8 @@ def write_catalog(warehouse: Warehouse, state: State, *, owned: bool = False) ->
         if target.exists() and not (owned or _owned(target, state.warehouse_id)):
             foreign = target.with_name(f"{target.name}.foreign-{uuid.uuid4().hex[:8]}")
             os.replace(target, foreign)
-            print(f"retrieval-eval: {target} was not this warehouse's catalog; moved it to {foreign.name}",
-                  file=sys.stderr)
+            print(f"retrieval-eval: {target} was not this warehouse's catalog, or held tables or views of someone "
+                  f"else's; moved it to {foreign.name}", file=sys.stderr)
         os.replace(aside, target)
         target.with_name(target.name + ".wal").unlink(missing_ok=True)
     finally:

@@ -90,18 +90,22 @@ def test_a_rebuild_over_a_missing_part_names_it_and_the_next_run_heals_it(sample
     assert cli("warehouse", "check", cwd=sample).returncode == 0
 
 
-@pytest.mark.parametrize("spoil", ["garbage", "foreign", "emptied record"])
+@pytest.mark.parametrize("spoil", ["garbage", "foreign", "emptied record", "a user's table in ours"])
 def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoil):
     warehouse = sample / "data" / "warehouse"
     catalog = warehouse / "catalog.duckdb"
     before_parts = parts(sample)
-    catalog.unlink()
+    if spoil == "a user's table in ours":  # a catalog written anew would drop it
+        with duckdb.connect(str(catalog)) as con:
+            con.execute("create table notes as select 'mine' as text")
+    else:
+        catalog.unlink()
     if spoil == "garbage":
         catalog.write_bytes(b"not a database at all" * 100)
     elif spoil == "foreign":  # someone's own database under the same name
         with duckdb.connect(str(catalog)) as con:
             con.execute("create table notes as select 'mine' as text")
-    else:  # the record of whose catalog it is, emptied (it had raised a TypeError)
+    elif spoil == "emptied record":  # the record of whose catalog it is, emptied (it had raised a TypeError)
         with duckdb.connect(str(catalog)) as con:
             con.execute("create table _retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
     result = cli("run", f"data/runs/{SAMPLE_RUN_IDS[0]}", cwd=sample)
@@ -112,7 +116,10 @@ def test_an_unreadable_or_foreign_catalog_never_leads_to_a_deletion(sample, spoi
         [aside] = warehouse.glob("catalog.duckdb.foreign-*")
         with duckdb.connect(str(aside), read_only=True) as con:
             tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
-            assert tables == ({"notes"} if spoil == "foreign" else {"_retrieval_eval"})
+            expected = {"foreign": {"notes"}, "emptied record": {"_retrieval_eval"},
+                        "a user's table in ours": {"notes", "_retrieval_eval", "_partitions"}}
+            assert tables == expected[spoil]
+        assert "moved it to catalog.duckdb.foreign-" in result.stderr
 
 
 @pytest.mark.damages_warehouse
