@@ -1,0 +1,99 @@
+"""json.loads for a document nested deeper than Python's recursion allows.
+
+Arrow's reader parses a cases line of any depth (it keeps its own stack), so a line whose
+ignored field nests a few thousand levels loads from a clean file; judged line by line (beside
+a bad line), json.loads met RecursionError and the same record was rejected. `loads` reads
+json.loads's grammar with the same hooks and json's own string and number scanners, keeping
+an explicit stack instead of recursing: same values, same verdicts, any depth.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from json import JSONDecodeError
+from json.decoder import scanstring
+from json.scanner import NUMBER_RE
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_LITERALS = (("null", None), ("true", True), ("false", False))
+_CONSTANTS = ("NaN", "Infinity", "-Infinity")
+
+
+def loads(text: str, *, object_pairs_hook: Callable[[list], object], parse_int: Callable[[str], object] = int,
+          parse_float: Callable[[str], object] = float,
+          parse_constant: Callable[[str], object] = float) -> object:
+    """json.loads(text, ...) with these hooks, for any depth; raises JSONDecodeError."""
+    stack: list[tuple[list, bool]] = []  # open containers: (items so far, is an object)
+    keys: list[str] = []  # the key each open object's next value goes under
+    at = _skip(text, 0)
+    while True:
+        value, at, opened = _value(text, at, object_pairs_hook, parse_int, parse_float, parse_constant)
+        if opened is not None:  # a non-empty container: its first member comes next
+            stack.append((opened, text[at - 1] == "{"))
+            at = _skip(text, at)
+            if stack[-1][1]:
+                at = _key(text, at, keys)
+            continue
+        while True:  # place the value in its container, closing every container it completes
+            if not stack:
+                end = _skip(text, at)
+                if end != len(text):
+                    raise JSONDecodeError("Extra data", text, end)
+                return value
+            items, is_object = stack[-1]
+            items.append((keys.pop(), value) if is_object else value)
+            at = _skip(text, at)
+            if text[at:at + 1] == ",":
+                at = _skip(text, at + 1)
+                if is_object:
+                    at = _key(text, at, keys)
+                break
+            if text[at:at + 1] != ("}" if is_object else "]"):
+                raise JSONDecodeError("Expecting ',' delimiter", text, at)
+            at += 1
+            stack.pop()
+            value = object_pairs_hook(items) if is_object else items
+
+
+def _skip(text: str, at: int) -> int:
+    return _WHITESPACE.match(text, at).end()
+
+
+def _key(text: str, at: int, keys: list[str]) -> int:
+    if text[at:at + 1] != '"':
+        raise JSONDecodeError("Expecting property name enclosed in double quotes", text, at)
+    key, at = scanstring(text, at + 1, True)
+    at = _skip(text, at)
+    if text[at:at + 1] != ":":
+        raise JSONDecodeError("Expecting ':' delimiter", text, at)
+    keys.append(key)
+    return _skip(text, at + 1)
+
+
+def _value(text: str, at: int, object_pairs_hook, parse_int, parse_float, parse_constant):
+    """The value at `at`: (value, end, None), or (None, end, []) for a container that is opened
+    and not empty (its members are read by the caller's stack)."""
+    char = text[at:at + 1]
+    if char in ("{", "["):
+        close = "}" if char == "{" else "]"
+        inner = _skip(text, at + 1)
+        if text[inner:inner + 1] == close:
+            return (object_pairs_hook([]) if char == "{" else []), inner + 1, None
+        return None, at + 1, []
+    if char == '"':
+        value, end = scanstring(text, at + 1, True)
+        return value, end, None
+    for word, value in _LITERALS:
+        if text.startswith(word, at):
+            return value, at + len(word), None
+    number = NUMBER_RE.match(text, at)
+    if number:
+        integer, fraction, exponent = number.groups()
+        if fraction or exponent:
+            return parse_float(integer + (fraction or "") + (exponent or "")), number.end(), None
+        return parse_int(integer), number.end(), None
+    for word in _CONSTANTS:
+        if text.startswith(word, at):
+            return parse_constant(word), at + len(word), None
+    raise JSONDecodeError("Expecting value", text, at)
