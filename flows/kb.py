@@ -3,6 +3,7 @@ resolves to a card (SPEC 5 `check-kb`), and the report's count of those that do 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import duckdb
@@ -13,6 +14,7 @@ from ..transforms.errors import InputError, first_lines
 from ..transforms.kb_cards import card_problem
 from .artifacts import RunFolder
 from .engine import connect
+from .ingest import split_records
 
 LISTED_PROBLEMS = 10
 
@@ -53,11 +55,19 @@ def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:
             try:
                 con.execute("insert into gold_ids " + sql.load("gold_ids"),
                             {"path": str(folder.cases_file), "run_id": folder.run_id})
-            except duckdb.Error:
-                raise InputError(
-                    f"{folder.cases_file}: has malformed records; `retrieval-eval run` names them by line"
-                ) from None
+            except duckdb.Error as error:
+                raise InputError(malformed_records(folder.cases_file, error)) from None
         return con.sql(sql.load("gold_not_in_kb")).pl().sort(pl.all())
+
+
+def malformed_records(cases_file: Path, error: duckdb.Error) -> str:
+    """What DuckDB could not read in a cases file, named by line by the record rules."""
+    with open(os.devnull, "wb") as nowhere:
+        rejects = split_records(cases_file, str(cases_file), nowhere).rejects
+    if not rejects:  # lines the rules accept: DuckDB's own limit
+        return f"{cases_file}: DuckDB cannot read its gold fields ({error})"
+    return (f"{cases_file}: {len(rejects)} malformed record(s), whose gold cannot be read:\n"
+            + first_lines([r.describe() for r in rejects], LISTED_PROBLEMS))
 
 
 def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:

@@ -231,6 +231,18 @@ def test_check_kb_lists_each_offending_case_and_id(tmp_path):
     ]
 
 
+def test_check_kb_names_the_malformed_records_it_cannot_read_by_line(tmp_path):
+    runs = tmp_path / "runs"
+    write_run(runs, "run-a", lines=[json.dumps(case("ok", [], ["card-a"])), '{"case_id": "cut",', "[1]"])
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text(json.dumps({"id": "card-a", "title": "A"}) + "\n")
+    result = cli("check-kb", str(runs), "--kb", str(kb), cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    cases_file = runs / "run-a" / "cases.jsonl"
+    assert f"{cases_file}: 2 malformed record(s)" in result.stderr
+    assert f"{cases_file}:2: not valid JSON" in result.stderr and f"{cases_file}:3: " in result.stderr
+
+
 def test_a_bad_kb_is_refused_naming_each_bad_card_by_its_line(tmp_path):
     kb = tmp_path / "cards.jsonl"
     kb.write_text("\n".join([
