@@ -39,7 +39,7 @@ from .kb import read_kb
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
-from .summary import summary_files, write_summary
+from .summary import refresh_summary, summary_files
 from .trec_files import TrecIngest, TrecSource, trec_source
 from .warehouse import State, Warehouse
 from .warehouse_check import adopt_legacy_catalog
@@ -169,12 +169,18 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}
         state = txn.commit(commits) if commits else txn.state
         if commits or summary_files(warehouse, state) is None:
-            write_summary(warehouse, txn.state, state)
+            refresh_summary(warehouse, txn.state, state)
         refresh_catalog(warehouse, state)
     refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
     if refused:
         raise RejectedRecords(", ".join(o.run_id for o in refused), [r for o in refused for r in o.rejects])
-    report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
+    try:
+        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
+    except OSError as error:  # a full disk, a read-only folder: said with what stands
+        where = f"{error.filename}: " if error.filename else ""
+        raise InputError(f"{where}{error.strerror or error}; the report was not written, but the warehouse is "
+                         f"committed ({len(commits)} run(s) written now): fix this and run again (unchanged runs "
+                         "are not read again)") from None
     gate = None
     if options.gate is not None:
         gate = steps.gate(state, newest.run_id, options.gate, baseline)

@@ -10,6 +10,7 @@ missing or stale summary is never an error, the parts are read instead.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -36,6 +37,16 @@ def _read_parts(warehouse: Warehouse, state: State, table: str, run_ids) -> pl.D
     if not files:
         return None
     return pl.concat([pl.read_parquet(path, hive_partitioning=False) for path in files], how="diagonal_relaxed")
+
+
+def refresh_summary(warehouse: Warehouse, before: State, after: State) -> None:
+    """`write_summary` after a commit: a failure (a full disk, a read-only folder) is a
+    warning, never a lost commit, since the report reads the parts without it."""
+    try:
+        write_summary(warehouse, before, after)
+    except OSError as error:
+        print(f"retrieval-eval: warning: could not write {warehouse.root / SUMMARY} ({error.strerror or error}); "
+              "the warehouse is committed, and the report reads the runs' parts instead", file=sys.stderr)
 
 
 def write_summary(warehouse: Warehouse, before: State, after: State) -> None:

@@ -336,6 +336,25 @@ def test_a_damaged_log_entry_is_named_by_check_and_nothing_writes_over_it(sample
     assert sorted(p.relative_to(warehouse) for p in warehouse.rglob("*.parquet")) == files
 
 
+def test_a_failure_after_the_commit_says_the_warehouse_is_committed(sample_copy, tmp_path):
+    # A path that cannot be a folder (a file stands there) fails as a full disk or a read-only
+    # folder does, for root too.
+    root = sample_copy.parent
+    (tmp_path / "file").write_text("")
+    failed = cli("run", "--report-dir", str(tmp_path / "file" / "rep"), cwd=root)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert "the report was not written, but the warehouse is committed (4 run(s) written now)" in failed.stderr
+    assert len(views(root / "data" / "warehouse")["runs"]) == 4
+    # The summary is derived data: not written, it is a warning, and the report reads the parts.
+    summary = root / "data" / "warehouse" / "_summary"
+    shutil.rmtree(summary)
+    summary.write_text("")
+    again = cli("run", f"data/runs/{SAMPLE_RUN_IDS[0]}", "--ks", "1,4", cwd=root)
+    assert again.returncode == 0, again.stderr
+    assert "could not write" in again.stderr and "the warehouse is committed" in again.stderr
+    assert (root / "data" / "reports" / "report.md").is_file()
+
+
 def test_warehouse_check_lists_a_killed_writers_files_apart_from_damage(sample):
     # What SIGKILL leaves: the writer's marker and the parts it wrote, in no log entry.
     import json
