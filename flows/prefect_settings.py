@@ -1,8 +1,8 @@
 """How retrieval-eval talks to Prefect (SPEC 7): the API checked before any work (a dead URL is
 one line and exit 2), a lost API noticed within seconds instead of minutes of retries, Prefect's
 own output quiet, no telemetry, heartbeats for served runs and the automation that marks a run
-whose heartbeats stopped Crashed, and the temporary server started up front when Dask workers
-must be told its address."""
+whose heartbeats stopped Crashed, and, without an API, a server started up front and named to
+every process of the run (Prefect's temporary one; for `serve`, `prefect server start`)."""
 
 from __future__ import annotations
 
