@@ -114,7 +114,10 @@ def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO =
             writers = {"json": _write_json, "csv": _write_csv, "table": _write_table}
             return writers[output_format](columns, _rows(cursor) if columns else iter(()), out)
         except duckdb.Error as error:  # the statement's own, or a damaged part's (named with its run)
-            raise as_damage(warehouse, state, error) or InputError(f"query failed: {error}") from None
+            # A user's statement raises InvalidInputException of its own (`error('x')`, bad JSON
+            # text): only one naming a part is damage; the other kinds are looked for by digest.
+            search = not isinstance(error, duckdb.InvalidInputException)
+            raise as_damage(warehouse, state, error, search=search) or InputError(f"query failed: {error}") from None
 
 
 def _json_row(columns: list[str], row: tuple) -> str:

@@ -177,8 +177,9 @@ def naming_damage(warehouse: Warehouse, state: State) -> Iterator[None]:
         raise damaged from None
 
 
-def as_damage(warehouse: Warehouse, state: State, error: duckdb.Error) -> DamagedPart | None:
-    """`error` as the committed part it comes from, when it is DuckDB failing on a file's bytes."""
+def as_damage(warehouse: Warehouse, state: State, error: duckdb.Error, *, search: bool = True) -> DamagedPart | None:
+    """`error` as the committed part it comes from, when it is DuckDB failing on a file's bytes;
+    when its message names no part, the part is looked for by digest unless not `search`."""
     if not isinstance(error, _DATA_ERRORS) and type(error) is not duckdb.Error:
         return None
     owner = state.owner()
@@ -192,6 +193,8 @@ def as_damage(warehouse: Warehouse, state: State, error: duckdb.Error) -> Damage
             table, run_id = owner[relative]
             part = next(p for p in state.runs[run_id].tables[table] if p.path == relative)
             return DamagedPart(damage_message(warehouse, table, run_id, part, f"unreadable ({error})"))
+    if not search:
+        return None
     # The message names no file: the damaged one is the part whose bytes are not those committed.
     for table in TABLES:
         try:

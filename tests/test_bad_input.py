@@ -311,13 +311,17 @@ def test_a_number_beyond_a_double_in_a_field_the_metrics_ignore_is_loaded_on_eve
 def test_a_field_the_metrics_ignore_nested_thousands_deep_is_loaded_on_every_path(tmp_path):
     # Arrow's reader takes any depth; judged line by line (beside a bad line), json.loads met
     # RecursionError near 1,000 levels and the same record was rejected.
+    # Its strings are still searched for an unpaired surrogate escape, without recursion.
     deep = GOOD.replace('"good"', '"deep"')[:-1] + ', "trace": ' + "[" * 5000 + '{"x": 1}' + "]" * 5000 + "}"
+    lone = deep.replace('"deep"', '"lone"').replace('{"x": 1}', '{"x": "\\ud800"}')
     for name, neighbours in (("clean", []), ("beside-a-bad-line", ['{"case_id": "x",'])):
-        write_run(tmp_path / name / "runs", "run-a", lines=[GOOD, deep, *neighbours])
-        options = job_options(tmp_path / name / "runs", tmp_path / name / "wh", allow_rejects=bool(neighbours))
+        write_run(tmp_path / name / "runs", "run-a", lines=[GOOD, deep, lone, *neighbours])
+        options = job_options(tmp_path / name / "runs", tmp_path / name / "wh", allow_rejects=True)
         evaluate(options)
         with reader(tmp_path / name / "wh") as con:
             assert sorted(r[0] for r in con.execute("select case_id from cases").fetchall()) == ["deep", "good"]
+            reasons = sorted(r[0] for r in con.execute("select reason from rejects").fetchall())
+        assert "not valid JSON (an unpaired UTF-16 surrogate escape)" in reasons and len(reasons) == 1 + len(neighbours)
 
 
 def test_nan_written_inside_text_is_text(tmp_path):

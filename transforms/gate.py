@@ -201,6 +201,8 @@ def compare(
         in_slice = slice_rows(paired, slice_, value)
         reference = in_slice[metric].to_numpy()
         comparison = paired_stats.compare(reference, in_slice[f"{metric}_current"].to_numpy()) if len(reference) else None
+        if comparison is not None and comparison.n == 0:  # no pair with the metric on both sides
+            comparison = None
         baseline_values = slice_rows(baseline_cases, slice_, value)[metric].drop_nulls().to_numpy()
         mde = paired_stats.minimum_detectable_drop(paired_stats.baseline_sd(baseline_values), len(baseline_values),
                                                    alpha=alpha) if len(baseline_values) else None

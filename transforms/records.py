@@ -122,16 +122,19 @@ def written_twice(obj: dict, fields: frozenset[str]) -> str | None:
 def _has_lone_surrogate(value: object) -> bool:
     """Whether a string anywhere in `value` (keys included) holds an unpaired surrogate;
     json.loads joins escaped pairs, so any surrogate left is alone."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
+    pending = [value]  # walked with a stack: a record may nest deeper than recursion allows
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
     return False
 
 
