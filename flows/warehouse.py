@@ -311,6 +311,10 @@ class Warehouse:
         except (BlockingIOError, OSError):
             return False
 
+    def pending_markers(self) -> list[Path]:
+        """The marker of each transaction that began and has not ended (its writer running, or dead)."""
+        return sorted((self.log_dir / PENDING).glob("*.json"))
+
     def remove_dead_transactions(self) -> None:
         """Files of transactions that began and never ended (their writer died): removed,
         unless committed. Called under the lock, so no such writer is alive."""
@@ -318,7 +322,7 @@ class Warehouse:
         if not pending.is_dir():
             return
         referenced = None
-        for marker in pending.glob("*.json"):
+        for marker in self.pending_markers():
             referenced = self.state().referenced() if referenced is None else referenced
             self._remove_uncommitted(marker.stem, referenced, _planned_runs(marker))
             marker.unlink(missing_ok=True)
@@ -330,7 +334,7 @@ class Warehouse:
         """Remove the transaction's files that are not `referenced`, and every run folder left
         empty, in one pass (os.scandir) over the folders of `run_ids`, the runs it planned to
         write, or of every run when it did not say (a scan of 300 runs' folders: ~40 ms)."""
-        marker = f"part-{txn_id}-"
+        marker = part_prefix(txn_id)
         for table in TABLES:
             if run_ids is None:
                 folders = _run_folders(self.root / table)
@@ -507,7 +511,12 @@ def new_part(root: Path, txn_id: str, table: str, run_id: str) -> Path:
     (a Dask worker lost) writes a new file, never over one another task reads."""
     folder = root / table / f"run_id={run_id}"
     folder.mkdir(parents=True, exist_ok=True)
-    return folder / f"part-{txn_id}-{uuid.uuid4().hex[:12]}.parquet"
+    return folder / f"{part_prefix(txn_id)}{uuid.uuid4().hex[:12]}.parquet"
+
+
+def part_prefix(txn_id: str) -> str:
+    """How every part a transaction writes is named: part-<txn>-<id>.parquet."""
+    return f"part-{txn_id}-"
 
 
 def scratch_dir(root: Path, txn_id: str, run_id: str) -> Path:

@@ -17,13 +17,13 @@ from .summary import write_summary
 from .views import HEAL
 from .warehouse import (
     LOG,
-    PENDING,
     DamagedLog,
     RunCommit,
     State,
     Warehouse,
     describe_part,
     file_digest,
+    part_prefix,
 )
 
 
@@ -73,7 +73,7 @@ def check_warehouse(warehouse: Warehouse) -> WarehouseCheck:
         if str(p.relative_to(warehouse.root)) not in referenced
         and str(p.relative_to(warehouse.root)) not in {item["path"] for item in state.superseded}
     )
-    pending = tuple(f"part-{marker.stem}-" for marker in (warehouse.log_dir / PENDING).glob("*.json"))
+    pending = tuple(part_prefix(marker.stem) for marker in warehouse.pending_markers())
     uncommitted = [path for path in unknown if pending and Path(path).name.startswith(pending)]
     damaged = bool(problems)
     problems += [f"{warehouse.root / path}: not in the transaction log (left as it is)"
