@@ -299,7 +299,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def gate_options(args: argparse.Namespace, baseline: Path):
     from .gating import GateOptions, floors_from
-    from .job import resolve_kb
 
     return GateOptions(
         baseline=baseline,
@@ -310,7 +309,6 @@ def gate_options(args: argparse.Namespace, baseline: Path):
         allow_missing_cases=args.allow_missing_cases,
         decision=args.decision,
         alpha=args.alpha,
-        kb=resolve_kb(args.kb),
     )
 
 
@@ -408,7 +406,7 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
     """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
 
     from .baseline_file import read_baseline
-    from .job import InProcess, newest_run_id
+    from .job import InProcess, checked_kb, newest_run_id
     from .reports import ReportOptions
 
     state = warehouse.state() if warehouse.exists() else None
@@ -418,14 +416,14 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
     steps = InProcess()
     try:
         baseline = read_baseline(options.gate.baseline) if options.gate and committed else None
-        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, options.kb, options.charts,
-                                                   baseline))
+        kb = checked_kb(options)
+        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
         gate = None
         if baseline is not None:
             from .artifacts import load_run_folders
 
             newest = newest_run_id(load_run_folders(options.runs))
-            gate = steps.gate(state, newest, options.gate, baseline)
+            gate = steps.gate(state, newest, options.gate, baseline, kb)
     finally:
         steps.close()
     from .job import JobResult
@@ -472,12 +470,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     from .baseline_file import read_baseline
     from .gating import gate_run
+    from .job import resolve_kb
+    from .kb import read_kb
     from .views import read_state
     from .warehouse import Warehouse
 
     options = gate_options(args, args.baseline)
     baseline = read_baseline(args.baseline)
-    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline)
+    kb = resolve_kb(args.kb)
+    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline,
+                      None if kb is None else read_kb(kb))
     if args.format == "json":
         sys.stdout.write(render_gate_json(result))
     elif args.format == "markdown":

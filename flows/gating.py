@@ -13,8 +13,7 @@ from ..transforms.errors import InputError
 from ..transforms.gate import GateResult, compare
 from . import config
 from .baseline_file import Baseline, write_baseline
-from .engine import connect
-from .kb import kb_titles, load_kb
+from .kb import KnowledgeBase
 from .views import naming_damage, open_reader, read_state
 from .warehouse import State, Warehouse
 
@@ -31,7 +30,6 @@ class GateOptions:
     allow_missing_cases: bool = False
     decision: str = "point"
     alpha: float = 0.05
-    kb: Path | None = None  # a KB to tell the flips whose gold is not a card (gold_not_in_kb)
 
 
 def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, float]:
@@ -92,8 +90,10 @@ def refuse_ungateable(baseline: Baseline, run_id: str, ks: list[int], run_level:
                          f"k in {list(ks)}; add {snapshot['k']} with --ks, or refresh the baseline")
 
 
-def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateResult:
-    """Run `run_id` against `baseline` (read from options.baseline by read_baseline)."""
+def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline,
+             kb: KnowledgeBase | None = None) -> GateResult:
+    """Run `run_id` against `baseline` (read from options.baseline by read_baseline); with a
+    `kb`, the flips whose gold is not a card are told apart."""
     warehouse = Warehouse(options.warehouse)
     snapshot = baseline.snapshot
     current = read_run(warehouse, state, run_id, snapshot["k"])
@@ -120,18 +120,15 @@ def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline
         alpha=options.alpha,
         recomputed_baseline=recomputed,
         allow_missing_cases=options.allow_missing_cases,
-        unknown_gold=unknown_gold(options.kb, [baseline_cases, current.case_metrics]),
+        unknown_gold=unknown_gold(kb, [baseline_cases, current.case_metrics]),
         notes=warnings,
     )
 
 
-def unknown_gold(kb: Path | None, cases: list[pl.DataFrame]) -> set[str] | None:
+def unknown_gold(kb: KnowledgeBase | None, cases: list[pl.DataFrame]) -> set[str] | None:
     """The gold ids of `cases` that are not cards of `kb` (None without a KB)."""
     if kb is None:
         return None
-    with connect() as con:
-        load_kb(con, kb)
-        titles = kb_titles(con)
     gold = pl.concat([frame.select(pl.col("gold").explode()) for frame in cases])["gold"].drop_nulls().unique()
-    return {card for card in gold if card not in titles}
+    return set(gold.to_list()) - set(kb.cards["id"].to_list())
 

@@ -35,7 +35,7 @@ from .evaluation import (
 )
 from .gating import GateOptions, GateOutcome, gate_run, refuse_ungateable
 from .ingest import BATCH_ITEMS, Ingest, StagedBatch
-from .kb import read_kb
+from .kb import KnowledgeBase, read_kb
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
@@ -83,7 +83,8 @@ class Steps(Protocol):
     def evaluate(self, plan: RunPlan, batch: Any, txn: TxnRef) -> Any: ...
     def finish(self, plan: RunPlan, ingest: Any, evaluated: list[Any], txn: TxnRef) -> Outcome: ...
     def report(self, state: State, options: ReportOptions) -> WrittenReport: ...
-    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome: ...
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline,
+             kb: KnowledgeBase | None) -> GateOutcome: ...
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None: ...
     def settle(self, handles: list[Any]) -> None: ...
 
@@ -98,16 +99,14 @@ def resolve_kb(kb: Path | None) -> Path | None:
     return kb
 
 
-def checked_kb(options: JobOptions) -> Path | None:
-    """The job's KB, judged card by card before any work (a bad one is refused, exit 2, with
-    the warehouse untouched). TREC docnos are not cards: the default KB is for run folders,
-    a KB given is checked."""
+def checked_kb(options: JobOptions) -> KnowledgeBase | None:
+    """The job's KB, read and judged card by card before any work (a bad one is refused,
+    exit 2, with the warehouse untouched); the report and the gate use what was read. TREC
+    docnos are not cards: the default KB is for run folders, a KB given is checked."""
     if options.trec_run is not None and options.kb is None:
         return None
     kb = resolve_kb(options.kb)
-    if kb is not None:
-        read_kb(kb)
-    return kb
+    return None if kb is None else read_kb(kb)
 
 
 def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
@@ -183,7 +182,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
                          "are not read again)") from None
     gate = None
     if options.gate is not None:
-        gate = steps.gate(state, newest.run_id, options.gate, baseline)
+        gate = steps.gate(state, newest.run_id, options.gate, baseline, kb)
     steps.publish(report, gate)
     return JobResult(outcomes, state, report, gate)
 
@@ -219,8 +218,9 @@ class InProcess:
         self.prefetch.close()  # a read no ingest took (its run stood) stops parsing now
         return write_report(options, state)
 
-    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
-        return gate_run(state, run_id, options, baseline)
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline,
+             kb: KnowledgeBase | None) -> GateOutcome:
+        return gate_run(state, run_id, options, baseline, kb)
 
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
         """Nothing to publish in this process: the report files are the output."""

@@ -4,6 +4,7 @@ resolves to a card (SPEC 5 `check-kb`), and the report's count of those that do 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -19,7 +20,15 @@ from .ingest import split_records
 LISTED_PROBLEMS = 10
 
 
-def read_kb(kb: Path) -> pl.DataFrame:
+@dataclass(frozen=True)
+class KnowledgeBase:
+    """A KB read and judged once (`read_kb`), then handed to the report and the gate."""
+
+    path: Path
+    cards: pl.DataFrame  # id, title
+
+
+def read_kb(kb: Path) -> KnowledgeBase:
     """The cards of `kb` (id, title), each judged by the rules of transforms/kb_cards.py (in
     Python, line by line: one verdict per card, whatever the other lines hold); a KB with any
     bad card is refused naming each by its line."""
@@ -38,18 +47,18 @@ def read_kb(kb: Path) -> pl.DataFrame:
     if problems:
         raise InputError(f"{kb}: not a valid cards.jsonl ({len(problems)} bad card(s)):\n"
                          + first_lines(problems, LISTED_PROBLEMS))
-    return pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String})
+    return KnowledgeBase(kb, pl.DataFrame(cards, schema={"id": pl.String, "title": pl.String}))
 
 
-def load_kb(con: duckdb.DuckDBPyConnection, kb: Path) -> None:
-    """The relation kb_cards (id, title) in `con`: the cards of `kb` (`read_kb`)."""
-    con.register("kb_cards", read_kb(kb))
+def load_kb(con: duckdb.DuckDBPyConnection, kb: KnowledgeBase) -> None:
+    """The relation kb_cards (id, title) in `con`: the cards of `kb`."""
+    con.register("kb_cards", kb.cards)
 
 
 def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:
     """One row per (run, case, field, gold id) written in the cases files that is not a KB card."""
     with connect() as con:
-        load_kb(con, kb)
+        load_kb(con, read_kb(kb))
         con.execute("create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)")
         for folder in folders:
             try:
@@ -76,6 +85,6 @@ def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> p
     return con.sql(sql.load("kb_unknown_gold"), params={"ids": run_ids}).pl()
 
 
-def kb_titles(con: duckdb.DuckDBPyConnection) -> dict[str, str | None]:
-    """Card id → title of the KB loaded in `con`."""
-    return dict(con.table("kb_cards").pl().select("id", "title").iter_rows())
+def kb_titles(kb: KnowledgeBase) -> dict[str, str | None]:
+    """Card id → title."""
+    return dict(kb.cards.select("id", "title").iter_rows())

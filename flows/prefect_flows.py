@@ -42,6 +42,7 @@ from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
 from .gating import GateOptions, GateOutcome, floors_from, gate_run
 from .ingest import PARTITION_ITEMS, Ingest, IngestAccount
 from .job import JobOptions, checked_kb, run_job
+from .kb import KnowledgeBase
 from .plan import RunPlan
 from .prefect_settings import (
     CRASH_AFTER_S,
@@ -134,8 +135,9 @@ def report_task(state: State, options: ReportOptions) -> WrittenReport:
 
 
 @task(name="gate", cache_policy=NO_CACHE)
-def gate_task(state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
-    return gate_run(state, run_id, options, baseline)
+def gate_task(state: State, run_id: str, options: GateOptions, baseline: Baseline,
+              kb: KnowledgeBase | None) -> GateOutcome:
+    return gate_run(state, run_id, options, baseline, kb)
 
 
 class PrefectSteps:
@@ -162,8 +164,9 @@ class PrefectSteps:
     def report(self, state: State, options: ReportOptions) -> WrittenReport:
         return report_task(state, options)
 
-    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline) -> GateOutcome:
-        return gate_task(state, run_id, options, baseline)
+    def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline,
+             kb: KnowledgeBase | None) -> GateOutcome:
+        return gate_task(state, run_id, options, baseline, kb)
 
     def settle(self, handles: list[PrefectFuture]) -> None:
         """Tasks queued on this process's threads are cancelled (they never start); the ones

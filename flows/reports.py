@@ -31,7 +31,7 @@ from ..transforms.report import (
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import Baseline
 from .engine import connect, ordered_map, written_aside
-from .kb import kb_titles, load_kb, unknown_gold_counts
+from .kb import KnowledgeBase, kb_titles, load_kb, unknown_gold_counts
 from .summary import summary_files
 from .views import add_views, naming_damage
 from .warehouse import State, Warehouse
@@ -43,7 +43,7 @@ DETAILED_RUNS = 2  # the newest run and the one before it
 class ReportOptions:
     warehouse: Path
     report_dir: Path
-    kb: Path | None = None
+    kb: KnowledgeBase | None = None  # read and judged once by the job (flows/kb.py)
     charts: bool = True
     baseline: Baseline | None = None  # read once by the job (flows/baseline_file.py)
 
@@ -68,9 +68,9 @@ def explorer_assets() -> tuple[str, str]:
     return assets.joinpath("explorer.js").read_text(encoding="utf-8"), assets.joinpath("explorer.css").read_text(encoding="utf-8")
 
 
-def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: bool,
+def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: KnowledgeBase | None,
                 baseline: Baseline | None) -> Report:
-    """The report model of every run in `state` (`con` holds kb_cards when `kb`)."""
+    """The report model of every run in `state` (`con` holds kb_cards, `load_kb`, when there is a `kb`)."""
     summary = summary_files(warehouse, state)
     if summary is None:
         add_views(con, warehouse, state, tables=("runs", "aggregates"))
@@ -89,7 +89,7 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         con.register("computed_case_metrics", computed_case_metrics(con, [r for r in detailed if k not in rows[r]["ks"]], k))
         cases = con.sql(sql.load("report_cases"), params={"ids": detailed, "k": k}).pl()
         unknown = unknown_gold_counts(con, detailed) if kb else None
-        titles = kb_titles(con) if kb else None
+    titles = kb_titles(kb) if kb else None
     reports = [
         run_report(rows[run_id], aggregates,
                    run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown))
@@ -134,8 +134,8 @@ def write_report(options: ReportOptions, state: State) -> WrittenReport:
     baseline = options.baseline
     with connect() as con:
         if options.kb is not None:
-            load_kb(con, options.kb)  # a bad KB stops here, before anything is drawn or written
-        report = read_report(con, warehouse, state, options.kb is not None, baseline)
+            load_kb(con, options.kb)
+        report = read_report(con, warehouse, state, options.kb, baseline)
     reference = baseline_reference(baseline.snapshot) if baseline else None
     images = draw_charts(report, reference) if options.charts else {}
     return write_files(report, options.report_dir, images)

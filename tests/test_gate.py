@@ -272,18 +272,38 @@ def test_a_bad_kb_is_refused_naming_each_bad_card_by_its_line(tmp_path):
 
 def test_a_kb_card_gets_one_verdict_whatever_the_other_cards_hold(tmp_path):
     from builders import REPO
-    from retrieval_eval.flows.engine import connect
-    from retrieval_eval.flows.kb import kb_titles, load_kb
+    from retrieval_eval.flows.kb import kb_titles, read_kb
 
     odd = ['{"id": "card-a", "title": "A", "size": 1e999}', '{"id": "card-b", "title": "B", "x": {"k": 1, "k": 2}}']
     kb = tmp_path / "cards.jsonl"
     kb.write_text("\n".join(odd) + "\n")
-    with connect() as con:
-        load_kb(con, kb)
-        assert kb_titles(con) == {"card-a": "A", "card-b": "B"}
+    assert kb_titles(read_kb(kb)) == {"card-a": "A", "card-b": "B"}
     kb.write_text("\n".join([*odd, '{"title": "no id"}']) + "\n")
     result = cli("check-kb", "--kb", str(kb), cwd=REPO)
     assert result.returncode == 2 and result.stderr.splitlines()[1:] == [f"{kb}:3: card has no id"]
+
+
+def test_a_job_judges_its_kb_once_and_its_gate_tells_the_flips_whose_gold_is_not_a_card(tmp_path, monkeypatch):
+    """`run --kb K --baseline B`: each card of K gets one verdict in the whole job (the report
+    and the gate use the KB the job read), and the gate's flips whose gold is not a card of K
+    say so (reason gold_not_in_kb, transforms/flips.py)."""
+    from retrieval_eval.flows import kb as kb_module
+
+    runs, warehouse, baseline = tmp_path / "runs", tmp_path / "wh", tmp_path / "baseline.json"
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text('{"id": "X", "title": "x"}\n{"id": "Y", "title": "y"}\n')  # the gold card, G, is not one
+    write_run(runs, "base", cases(), created_at="2026-11-01T00:00:00Z")
+    evaluate(job_options(runs / "base", warehouse, kb=kb))
+    refresh_baseline(Warehouse(warehouse), "base", baseline)
+    write_run(runs, "cand", cases(misses_added={"en": 10}), created_at="2026-11-02T00:00:00Z")
+    judged = []
+    judge = kb_module.card_problem
+    monkeypatch.setattr(kb_module, "card_problem", lambda line, seen, number: judged.append(number) or judge(line, seen, number))
+    result = evaluate(job_options(runs / "cand", warehouse, kb=kb, gate=GateOptions(baseline, warehouse)))
+    assert judged == [1, 2]
+    assert not result.gate.passed
+    assert len(result.gate.to_miss) == 10 and {flip["reason"] for flip in result.gate.to_miss} == {"gold_not_in_kb"}
+    assert "cand: 200 gold id(s) in 200 case(s) are not cards of the knowledge base" in result.report.markdown.read_text()
 
 
 def test_check_kb_passes_on_the_committed_sample(tmp_path):

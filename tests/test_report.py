@@ -39,6 +39,7 @@ from builders import (
     write_run,
 )
 from retrieval_eval.flows.baseline_file import read_baseline
+from retrieval_eval.flows.kb import read_kb
 from retrieval_eval.flows.progress import Progress
 from retrieval_eval.flows.reports import ReportOptions, write_report
 from retrieval_eval.flows.warehouse import Warehouse
@@ -60,8 +61,9 @@ ESCAPE = "\x1b["
 
 
 def report_of(warehouse, folder, baseline=None, **options):
-    """The report of a warehouse written to `folder` (against the baseline file given); returns its model."""
+    """The report of a warehouse written to `folder` (against the baseline and KB files given); returns its model."""
     options["baseline"] = None if baseline is None else read_baseline(baseline)
+    options["kb"] = None if options.get("kb") is None else read_kb(options["kb"])
     return write_report(ReportOptions(Path(warehouse), Path(folder), **options), Warehouse(warehouse).state()).report
 
 
@@ -549,17 +551,14 @@ def test_a_kb_that_holds_every_gold_card_raises_no_warning(sample, tmp_path):
     assert f"{cited} gold id(s) in 240 case(s) are not cards of the knowledge base" in " ".join(other.newest.warnings)
 
 
-@pytest.mark.parametrize("spoil", ["kb with a repeated id", "unreadable baseline", "missing case_metrics part"])
+@pytest.mark.parametrize("spoil", ["unreadable baseline", "missing case_metrics part"])
 @pytest.mark.damages_warehouse
 def test_a_report_is_not_written_when_a_read_fails(tmp_path, spoil):
     # The charts are drawn after every read: a read that fails must leave the report folder
     # as it was (here: not made at all), charts included.
     evaluate(job_options(SAMPLE_RUNS / "2026-11-02-dense", tmp_path / "wh"))
     options = {}
-    if spoil == "kb with a repeated id":
-        options["kb"] = tmp_path / "cards.jsonl"
-        options["kb"].write_text(json.dumps({"id": "A", "title": "a"}) + "\n" + json.dumps({"id": "A", "title": "b"}) + "\n")
-    elif spoil == "unreadable baseline":
+    if spoil == "unreadable baseline":
         options["baseline"] = tmp_path / "baseline.json"
         options["baseline"].write_text("{not json")
     else:
