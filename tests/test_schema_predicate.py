@@ -75,12 +75,14 @@ def mutated(draw, document):
         for part in path[:-1]:
             parent = parent[part]
         action = draw(st.sampled_from(["set", "set", "delete", "add", "repeat"]))
+        # Drawn values are copied: an edge value is a shared object (EDGE_VALUES' [] and {}),
+        # and a later "add" or "repeat" would change it for every example after this one.
         if action == "set":
-            parent[path[-1]] = draw(json_values(keys))
+            parent[path[-1]] = copy.deepcopy(draw(json_values(keys)))
         elif action == "delete":
             del parent[path[-1]]
         elif action == "add" and isinstance(parent[path[-1]], dict):
-            parent[path[-1]][draw(st.sampled_from(keys) | st.text(max_size=2))] = draw(json_values(keys))
+            parent[path[-1]][draw(st.sampled_from(keys) | st.text(max_size=2))] = copy.deepcopy(draw(json_values(keys)))
         elif action == "repeat" and isinstance(parent[path[-1]], list) and parent[path[-1]]:
             parent[path[-1]].append(copy.deepcopy(parent[path[-1]][0]))
     return out
