@@ -470,16 +470,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     from .baseline_file import read_baseline
     from .gating import gate_run
-    from .job import resolve_kb
-    from .kb import read_kb
+    from .job import resolved_kb
     from .views import read_state
     from .warehouse import Warehouse
 
     options = gate_options(args, args.baseline)
     baseline = read_baseline(args.baseline)
-    kb = resolve_kb(args.kb)
-    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline,
-                      None if kb is None else read_kb(kb))
+    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline, resolved_kb(args.kb))
     if args.format == "json":
         sys.stdout.write(render_gate_json(result))
     elif args.format == "markdown":

@@ -99,14 +99,19 @@ def resolve_kb(kb: Path | None) -> Path | None:
     return kb
 
 
+def resolved_kb(kb: Path | None) -> KnowledgeBase | None:
+    """The KB `resolve_kb` names, read and judged card by card (None when there is none)."""
+    path = resolve_kb(kb)
+    return None if path is None else read_kb(path)
+
+
 def checked_kb(options: JobOptions) -> KnowledgeBase | None:
     """The job's KB, read and judged card by card before any work (a bad one is refused,
     exit 2, with the warehouse untouched); the report and the gate use what was read. TREC
     docnos are not cards: the default KB is for run folders, a KB given is checked."""
     if options.trec_run is not None and options.kb is None:
         return None
-    kb = resolve_kb(options.kb)
-    return None if kb is None else read_kb(kb)
+    return resolved_kb(options.kb)
 
 
 def sources(options: JobOptions) -> list[RunFolder | TrecSource]:

@@ -70,7 +70,9 @@ def explorer_assets() -> tuple[str, str]:
 
 def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: KnowledgeBase | None,
                 baseline: Baseline | None) -> Report:
-    """The report model of every run in `state` (`con` holds kb_cards, `load_kb`, when there is a `kb`)."""
+    """The report model of every run in `state`."""
+    if kb is not None:
+        load_kb(con, kb)
     summary = summary_files(warehouse, state)
     if summary is None:
         add_views(con, warehouse, state, tables=("runs", "aggregates"))
@@ -133,8 +135,6 @@ def write_report(options: ReportOptions, state: State) -> WrittenReport:
     warehouse = Warehouse(options.warehouse)
     baseline = options.baseline
     with connect() as con:
-        if options.kb is not None:
-            load_kb(con, options.kb)
         report = read_report(con, warehouse, state, options.kb, baseline)
     reference = baseline_reference(baseline.snapshot) if baseline else None
     images = draw_charts(report, reference) if options.charts else {}
