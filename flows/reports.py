@@ -94,7 +94,7 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     titles = kb_titles(kb) if kb else None
     reports = [
         run_report(rows[run_id], aggregates,
-                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown))
+                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown, str(kb.path) if kb else ""))
         for run_id in detailed
     ]
     newest, previous = (reports[-1] if reports else None), (reports[-2] if len(reports) > 1 else None)

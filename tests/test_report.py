@@ -533,7 +533,7 @@ def test_gold_ids_missing_from_the_kb_are_flagged(tmp_path):
     kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n")
     evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
     with_kb = report_of(tmp_path / "wh", tmp_path / "with-kb", kb=kb)
-    flagged = "1 gold id(s) in 1 case(s) are not cards of the knowledge base"
+    flagged = f"1 gold id(s) in 1 case(s) are not cards of the knowledge base {kb}: those cases can never hit"
     assert any(flagged in w for w in with_kb.newest.warnings)
     assert flagged in (tmp_path / "with-kb" / "report.md").read_text(encoding="utf-8")
     without = report_of(tmp_path / "wh", tmp_path / "without")
@@ -548,7 +548,7 @@ def test_a_kb_that_holds_every_gold_card_raises_no_warning(sample, tmp_path):
     other = report_of(warehouse, tmp_path / "rep", kb=kb, charts=False)
     # counted as check-kb counts them: one per gold id of each case (465 over the 240 labelled cases)
     cited = sum(len(c["gold"]) for c in per_case(warehouse, NEWEST).values())
-    assert f"{cited} gold id(s) in 240 case(s) are not cards of the knowledge base" in " ".join(other.newest.warnings)
+    assert f"{cited} gold id(s) in 240 case(s) are not cards of the knowledge base {kb}:" in " ".join(other.newest.warnings)
 
 
 @pytest.mark.parametrize("table", ["cases", "case_metrics"])

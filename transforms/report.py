@@ -164,7 +164,8 @@ def run_warnings(run: dict, labelled_cases: pl.DataFrame) -> list[str]:
     return warnings
 
 
-def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
+def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None, kb_name: str) -> list[str]:
+    """The warning of a run whose gold ids are not all cards of the KB named `kb_name`."""
     if unknown_gold is None:
         return []
     mine = unknown_gold.filter(pl.col("run_id") == run_id)
@@ -172,7 +173,7 @@ def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None) -> list[str]:
         return []
     return [
         f"{mine['n_ids'][0]} gold id(s) in {mine['n_cases'][0]} case(s) are not cards of the "
-        "knowledge base: those cases can never hit (see `retrieval-eval check-kb`)."
+        f"knowledge base {kb_name}: those cases can never hit (see `retrieval-eval check-kb`)."
     ]
 
 
