@@ -13,7 +13,7 @@ from ..transforms.errors import InputError
 from ..transforms.gate import GateResult, compare
 from . import config
 from .baseline_file import Baseline, write_baseline
-from .kb import KnowledgeBase
+from .kb import KnowledgeBase, unknown_gold
 from .views import naming_damage, open_reader, read_state
 from .warehouse import State, Warehouse
 
@@ -123,12 +123,3 @@ def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline
         unknown_gold=unknown_gold(kb, [baseline_cases, current.case_metrics]),
         notes=warnings,
     )
-
-
-def unknown_gold(kb: KnowledgeBase | None, cases: list[pl.DataFrame]) -> set[str] | None:
-    """The gold ids of `cases` that are not cards of `kb` (None without a KB)."""
-    if kb is None:
-        return None
-    gold = pl.concat([frame.select(pl.col("gold").explode()) for frame in cases])["gold"].drop_nulls().unique()
-    return set(gold.to_list()) - set(kb.cards["id"].to_list())
-

@@ -80,9 +80,19 @@ def malformed_records(cases_file: Path, error: duckdb.Error) -> str:
 
 
 def unknown_gold_counts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> pl.DataFrame:
-    """Per run of `run_ids`, the effective gold ids that are not KB cards (run_id, n_ids,
-    n_cases, ids); `con` has the `cases` view and kb_cards (`load_kb`)."""
+    """Per run of `run_ids`, how many effective gold ids are not KB cards, in how many cases
+    (run_id, n_ids, n_cases); `con` has the `cases` view and kb_cards (`load_kb`)."""
     return con.sql(sql.load("kb_unknown_gold"), params={"ids": run_ids}).pl()
+
+
+def unknown_gold(kb: KnowledgeBase | None, cases: list[pl.DataFrame]) -> set[str] | None:
+    """The gold ids of `cases` (frames with a `gold` list column) that are not cards of `kb`
+    (None without a KB): what a flip's reason `gold_not_in_kb` is told by, in the gate and
+    in the report's what changed."""
+    if kb is None:
+        return None
+    gold = pl.concat([frame.select(pl.col("gold").explode()) for frame in cases])["gold"].drop_nulls().unique()
+    return set(gold.to_list()) - set(kb.cards["id"].to_list())
 
 
 def kb_titles(kb: KnowledgeBase) -> dict[str, str | None]:

@@ -31,7 +31,7 @@ from ..transforms.report import (
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import Baseline
 from .engine import connect, ordered_map, written_aside
-from .kb import KnowledgeBase, kb_titles, load_kb, unknown_gold_counts
+from .kb import KnowledgeBase, kb_titles, load_kb, unknown_gold, unknown_gold_counts
 from .summary import summary_files
 from .views import add_views, naming_damage
 from .warehouse import State, Warehouse
@@ -102,10 +102,13 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
         return Report(runs_table(runs, aggregates), aggregates, None, None, None, *diagnostics(cases))
     newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
     previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
-    unknown_ids = None if unknown is None else set(unknown["ids"].explode().drop_nulls().to_list())
     snapshot = baseline.snapshot if baseline is not None else None
     set_aside = None if snapshot is None else baseline_set_aside(snapshot, newest, rows[newest.run_id].get("relevance_level"))
     notes = comparison_notes(newest, previous, set_aside)
+    # Which gold ids are not cards matters only to the flips of a comparison; a lone run has none.
+    compared = [frame for frame in (previous_cases, baseline.cases if snapshot is not None and set_aside is None else None)
+                if frame is not None]
+    unknown_ids = unknown_gold(kb, [newest_cases, *compared]) if compared else None
     against_previous = None if previous_cases is None else changes(
         newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
         k=k, unknown_gold=unknown_ids, notes=notes)

@@ -540,6 +540,25 @@ def test_gold_ids_missing_from_the_kb_are_flagged(tmp_path):
     assert not any("knowledge base" in w for w in without.newest.warnings)
 
 
+def test_a_flip_whose_gold_is_not_a_kb_card_says_so_in_what_changed(tmp_path):
+    # "gone" hit in the older run (its retriever returned the card) and misses in the newer:
+    # against a KB without that card, the report's flip says gold_not_in_kb, as the gate's does
+    # (transforms/flips.py); the other flip, of a KB card, is not_retrieved.
+    runs = tmp_path / "runs"
+    write_run(runs, "run-a", [case("gone", [chunk("gone::00", "gone")], ["gone"]),
+                              case("kept", [chunk("A::00", "A")], ["A"])], created_at="2026-11-01T00:00:00Z")
+    write_run(runs, "run-b", [case("gone", [chunk("A::00", "A")], ["gone"]),
+                              case("kept", [chunk("B::00", "B")], ["A"])], created_at="2026-11-02T00:00:00Z")
+    kb = tmp_path / "cards.jsonl"
+    kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n" + json.dumps({"id": "B", "title": "B"}) + "\n")
+    evaluate(job_options(runs, tmp_path / "wh"))
+    reasons = {row["case_id"]: row["reason"] for row in
+               report_of(tmp_path / "wh", tmp_path / "with-kb", kb=kb, charts=False).changes.flips.iter_rows(named=True)}
+    assert reasons == {"gone": "gold_not_in_kb", "kept": "not_retrieved"}
+    without = report_of(tmp_path / "wh", tmp_path / "without", charts=False).changes.flips
+    assert dict(without.select("case_id", "reason").iter_rows()) == {"gone": "not_retrieved", "kept": "not_retrieved"}
+
+
 def test_a_kb_that_holds_every_gold_card_raises_no_warning(sample, tmp_path):
     warehouse, _folder, report = sample
     assert not any("knowledge base" in w for w in report.newest.warnings)  # the sample KB holds every gold card
