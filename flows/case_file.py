@@ -1,12 +1,19 @@
-"""One read of a run's cases file: Arrow's JSON reader parsing it in tables of whole cases,
-and, beside it, the file's facts (content digest, line shape, and what JSON forbids but
-Arrow's reader takes).
+"""One read of a run's cases file, in tables of whole cases, and beside it the file's facts
+(its content digest and, for Arrow's reader, its line shape and what JSON forbids but Arrow
+takes).
 
-The reader gets the schema of the fields the metrics need (transforms/staging.py
-`CASES_SCHEMA`) and is strict about their types: a number where a string belongs, a string
-for a score, a repeated key, malformed JSON — each stops it, and ingest (flows/ingest.py)
-sends the file to the line-by-line rules. Arrow parses 1 MiB blocks on its own threads; a
-thread of ours keeps asking for them, so parsing goes on while a batch is evaluated.
+Two parsers, both strict about the types of the fields the metrics need
+(transforms/case_schema.py `CASES_SCHEMA`): a number where a string belongs, a string for a
+score, a repeated key, malformed JSON — each stops the read, and ingest (flows/ingest.py)
+sends the file to the line-by-line rules.
+- The strict parser (flows/_case_columns.c) reads a plain file in blocks of whole lines on a
+  thread per core, and holds every line to one clean JSON record itself, so the facts are
+  only the digest. It costs half of Arrow's CPU (benchmarks/README.md).
+- Arrow's JSON reader reads a .gz, the line-by-line pass's clean copy, and every file where
+  the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
+  forbids, so its facts count lines and look for that.
+A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
+evaluated.
 
 This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
 run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
@@ -18,8 +25,9 @@ from __future__ import annotations
 import gzip
 import queue
 import threading
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -29,14 +37,24 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 from blake3 import blake3
 
-from ..transforms.case_schema import CASES_SCHEMA, NotClean
+from ..transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
+from ..transforms.records import MAX_RECORD_BYTES
+
+try:
+    from . import _case_columns  # the strict parser (flows/_case_columns.c), built at install
+except ImportError:  # not compiled here (no C compiler at install): Arrow's reader reads every file
+    _case_columns = None
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
 # again with blocks as long as the longest.
 BLOCK_BYTES = 1 << 20
-# Arrow batches (one block of JSON each) parsed ahead of the evaluation: ~100 MB at most.
-READ_AHEAD_BATCHES = 512
+# JSON parsed ahead of the evaluation, in blocks (one Arrow batch each): ~100 MB of columns at most.
+READ_AHEAD_BYTES = 512 << 20
+# The strict parser's blocks of whole lines (4 MiB: fewer calls than 1, as fast per byte), and
+# how many it parses at once.
+STRICT_BLOCK_BYTES = 4 << 20
+PARSE_THREADS = max(1, pa.cpu_count() - 1)  # every core but the one that evaluates the batches
 JSON_WHITESPACE = b" \t\r\n"
 NEWLINE, OPEN_BRACE = ord("\n"), ord("{")
 # Tokens Arrow's reader takes as numbers and JSON does not (SPEC 6: the line is not JSON).
@@ -61,14 +79,17 @@ class FileFacts:
     """What one pass over a cases file tells. Arrow's reader takes JSON values wherever they
     stand, so its reading holds only when every line is one record (as many records as
     lines, every line opening with '{'), and when the file holds nothing JSON forbids that
-    Arrow takes (NaN, Infinity, invalid UTF-8). Otherwise the line-by-line rules judge."""
+    Arrow takes (NaN, Infinity, invalid UTF-8). Otherwise the line-by-line rules judge. The
+    strict parser refuses all of that itself: its facts count nothing (lines None)."""
 
     digest: str  # BLAKE3 of the file's bytes as stored
-    lines: int
-    object_lines: int
+    lines: int | None
+    object_lines: int | None
     json_only: bool  # no NaN / Infinity token and valid UTF-8 throughout
 
     def fast_read_holds(self, n_records: int) -> bool:
+        if self.lines is None:  # read by the strict parser, which stops at any line it cannot take
+            return True
         return self.json_only and n_records == self.lines == self.object_lines
 
 
@@ -185,17 +206,19 @@ def _blocks(stream: IO[bytes], stop: threading.Event | None) -> Iterator[bytes]:
         yield block
 
 
-def scan_facts(path: Path, stop: threading.Event | None = None) -> FileFacts:
+def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = True) -> FileFacts:
     """One pass over `path`: BLAKE3 of its bytes as stored (a cryptographic hash about 2.5×
-    faster than SHA-256 here) and the scan of its text (decompressed for a .gz). Raises
-    Stopped when `stop` is set."""
+    faster than SHA-256 here) and, unless not `text` (the strict parser's reads), the scan of
+    its text (decompressed for a .gz). Raises Stopped when `stop` is set."""
     digest = blake3()
     scan = _Scan()
     with open(path, "rb") as handle:
         for block in _blocks(handle, stop):
             digest.update(block)
-            if path.suffix != ".gz":
+            if text and path.suffix != ".gz":
                 scan.update(block)
+    if not text:
+        return FileFacts("blake3:" + digest.hexdigest(), None, None, True)
     if path.suffix == ".gz":
         with gzip.open(path, "rb") as text:
             for block in _blocks(text, stop):
@@ -235,24 +258,83 @@ def _int32_values(array: pa.Int32Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
 
 
+def _line_blocks(handle: IO[bytes], stop: threading.Event) -> Iterator[memoryview]:
+    """The file in blocks of whole lines of about STRICT_BLOCK_BYTES. A line longer than a
+    block makes its block longer; one past MAX_RECORD_BYTES is handed on as it is (the parser
+    refuses it, as the rules do) and the read ends there."""
+    carry = b""
+    while True:
+        if stop.is_set():
+            raise Stopped
+        block = bytearray(len(carry) + STRICT_BLOCK_BYTES)
+        block[:len(carry)] = carry
+        size = len(carry) + handle.readinto(memoryview(block)[len(carry):])
+        if size == len(carry):  # the end of the file
+            if carry:
+                yield memoryview(carry)
+            return
+        cut = block.rfind(b"\n", 0, size) + 1
+        if cut == 0 and size <= MAX_RECORD_BYTES:
+            carry = bytes(block[:size])  # one line, not ended yet
+            continue
+        if cut == 0:
+            yield memoryview(block)[:size]
+            return
+        carry = bytes(block[cut:size])
+        yield memoryview(block)[:cut]
+
+
+def _strings(length: int, column: tuple) -> pa.Array:
+    (bits, nulls), offsets, data = column
+    buffers = [None if bits is None else pa.py_buffer(bits), pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), length, buffers, null_count=nulls)
+
+
+def _list(item_type: pa.DataType, length: int, validity: tuple, offsets: bytes, items: pa.Array) -> pa.Array:
+    bits, nulls = validity
+    buffers = [None if bits is None else pa.py_buffer(bits), pa.py_buffer(offsets)]
+    return pa.Array.from_buffers(pa.list_(item_type), length, buffers, null_count=nulls, children=[items])
+
+
+def parsed_batch(parsed: tuple) -> pa.RecordBatch:
+    """The strict parser's columns (`_case_columns.parse`) as a record batch of CASES_SCHEMA,
+    its buffers wrapped, not copied."""
+    n, text, gold, (validity, offsets, n_items, ids, parents, (score_validity, scores)) = parsed
+    columns = dict(zip(("case_id", "locale", "category", "question", "query"), (_strings(n, c) for c in text)))
+    for name, (list_validity, list_offsets, strings) in zip(("must_cite_one_of", "relevant_ids"), gold):
+        columns[name] = _list(pa.string(), n, list_validity, list_offsets, _strings(len(strings[1]) // 4 - 1, strings))
+    score_bits, score_nulls = score_validity
+    score = pa.Array.from_buffers(pa.float64(), n_items, [None if score_bits is None else pa.py_buffer(score_bits),
+                                                          pa.py_buffer(scores)], null_count=score_nulls)
+    items = pa.StructArray.from_arrays([_strings(n_items, ids), _strings(n_items, parents), score], fields=list(RETRIEVED_ITEM))
+    columns["retrieved_context"] = _list(RETRIEVED_ITEM, n, validity, offsets, items)
+    columns["relevance"] = pa.nulls(n, CASES_SCHEMA.field("relevance").type)
+    return pa.RecordBatch.from_arrays([columns[name] for name in CASES_SCHEMA.names], schema=CASES_SCHEMA)
+
+
 class CaseFileRead:
-    """One read of a cases file, started when made: Arrow's parse on a thread of ours (up to
-    READ_AHEAD_BATCHES ahead of whoever takes the tables: Arrow's reader alone parses only a
-    block or two ahead) and, on another, the file's facts (`scan_facts`). `scan=False` reads
-    a file whose lines were already judged (the clean copy of ingest's line-by-line pass).
+    """One read of a cases file, started when made: the parse on a thread of ours (up to
+    READ_AHEAD_BYTES ahead of whoever takes the tables) and, on another, the file's facts
+    (`scan_facts`). A plain file is parsed by the strict parser, when it was compiled, with
+    `strict` (the default); otherwise Arrow's reader parses it (which alone parses only a block
+    or two ahead). `scan=False` reads a file whose lines were already judged (the clean copy
+    of ingest's line-by-line pass), with Arrow's reader and the schema given.
 
     Whatever stops the parse is raised where the tables are taken: NotClean when the fast
-    pass cannot take the file (its first value is not an object, Arrow refuses it), as it is
-    otherwise (an unreadable or truncated file). `close()` stops both threads."""
+    pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
+    value that is not an object, or a refusal), as it is otherwise (an unreadable or truncated
+    file). `close()` stops both threads."""
 
     def __init__(self, path: Path, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
-                 scan: bool = True) -> None:
+                 scan: bool = True, strict: bool = True) -> None:
         self.path = path
         self._schema = schema
-        self._handed: queue.Queue = queue.Queue(READ_AHEAD_BATCHES)
+        self.strict = strict and scan and _case_columns is not None and path.suffix != ".gz"
+        self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
         self._done = threading.Event()
         self._facts: Future[FileFacts] = Future()
-        self._threads = [threading.Thread(target=self._parse, args=(schema, block_bytes), name="parse", daemon=True)]
+        parse = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
+        self._threads = [threading.Thread(target=parse[0], args=parse[1], name="parse", daemon=True)]
         if scan:
             self._threads.append(threading.Thread(target=self._scan, name="scan", daemon=True))
         for thread in self._threads:
@@ -260,9 +342,33 @@ class CaseFileRead:
 
     def _scan(self) -> None:
         try:
-            self._facts.set_result(scan_facts(self.path, self._done))
+            self._facts.set_result(scan_facts(self.path, self._done, text=not self.strict))
         except BaseException as error:  # noqa: BLE001 — raised again by facts()
             self._facts.set_exception(error)
+
+    def _parse_strict(self) -> None:
+        """Blocks of whole lines parsed PARSE_THREADS at a time (the parser lets go of the GIL),
+        handed on in file order."""
+        try:
+            with open(self.path, "rb") as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
+                pending: deque[Future] = deque()
+                blocks = _line_blocks(handle, self._done)
+                while True:
+                    for block in blocks:
+                        pending.append(pool.submit(_case_columns.parse, block, MAX_RECORD_BYTES))
+                        if len(pending) > PARSE_THREADS:
+                            break
+                    if not pending:
+                        break
+                    parsed = pending.popleft().result()
+                    if parsed is None:
+                        self._offer(NotClean("a line is not one clean record"))
+                        return
+                    if not self._offer(parsed_batch(parsed)):
+                        return
+            self._offer(None)
+        except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
+            self._offer(error)
 
     def _offer(self, item: object) -> bool:
         while not self._done.is_set():

@@ -1,8 +1,8 @@
 """Ingest: one run's cases file → staged cases in batches, and the account of its records.
 
-The fast path is one streaming read with Arrow's JSON reader (flows/case_file.py) whose
-tables are staged in Polars (transforms/staging.py). It holds when the file's facts agree
-(one record per line, nothing JSON forbids, no case id twice); otherwise — or when a record
+The fast path is one streaming read (flows/case_file.py: the strict parser, or Arrow's JSON
+reader) whose tables are staged in Polars (transforms/staging.py). It holds when the read and
+the file's facts agree (one record per line, nothing JSON forbids, no case id twice); otherwise — or when a record
 breaks a rule — every line is judged by the rules of transforms/records.py, the valid lines
 are written to a clean copy, and that copy is read and staged instead. Each staged batch says
 which attempt made it, so a caller that evaluated batches of the first attempt drops them.

@@ -140,10 +140,20 @@ def configured(*, served: bool = False) -> Iterator[None]:
         with temporary_settings(updates=updates, set_defaults=defaults):
             yield
     finally:
+        drain_services()  # now, while Prefect is quiet: at exit, events still queued are a warning line
         for name in RUN_LOGGERS:
             logging.getLogger(name).removeFilter(PLAIN_EXPECTED_ERRORS)
         for item, level in restore:
             item.setLevel(level)
+
+
+def drain_services() -> None:
+    """Send the logs and events this process's Prefect client still holds (bounded wait)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=SERVICE_DRAIN_S)
 
 
 @contextmanager
@@ -187,11 +197,7 @@ def api_for_run(*, dask_address: str | None = None, services: bool = False) -> I
             try:
                 yield server.api_url
             finally:  # the run's last logs and events are sent before their server goes
-                from prefect.events.worker import EventsWorker
-                from prefect.logging.handlers import APILogWorker
-
-                for service in (APILogWorker, EventsWorker):
-                    service.drain_all(timeout=SERVICE_DRAIN_S)
+                drain_services()
     finally:
         server.stop()
 

@@ -29,10 +29,15 @@ def test_an_interrupt_at_any_moment_ends_cleanly(runs, tmp_path, signum):
     warehouse = tmp_path / "wh"
     args = [sys.executable, "-m", "retrieval_eval", "run", str(runs), "--warehouse", str(warehouse),
             "--report-dir", str(tmp_path / "rep")]
+    # The moments are spread over a whole run, timed first into a warehouse of its own.
+    started = time.perf_counter()
+    subprocess.run([*args[:-4], "--warehouse", str(tmp_path / "timed"), "--report-dir", str(tmp_path / "timed-rep")],
+                   check=True, capture_output=True)
+    whole_run = time.perf_counter() - started
     interrupted = 0
-    for delay in (0.15, 0.5, 1.0, 1.6, 2.3, 3.2):
+    for fraction in (0.05, 0.2, 0.35, 0.5, 0.65, 0.8):
         process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        time.sleep(delay)
+        time.sleep(fraction * whole_run)
         if process.poll() is None:
             process.send_signal(signum)
         _, stderr = process.communicate(timeout=120)

@@ -1,6 +1,7 @@
 """The record rules of a cases.jsonl (SPEC 3 and 6), one line at a time.
 
-Ingest reads a clean file with Arrow's JSON reader alone; only when that pass meets a
+Ingest reads a clean file with its fast reader alone (flows/case_file.py: the strict parser
+of flows/_case_columns.c, or Arrow's JSON reader); only when that pass meets a
 record it cannot take (flows/ingest.py) are the file's lines judged here, to name every bad
 record by its line and keep the good ones. Every record these rules accept, the fast pass
 accepts too: what Arrow's reader refuses beyond SPEC 3's types — a field the metrics read
