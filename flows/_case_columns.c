@@ -256,6 +256,48 @@ static int string(Cursor *c, Buf *out) {
     }
 }
 
+/* The value of a number in JSON's grammar, [p, end), when at most 15 significant digits and a
+ * power of ten up to 1e22 make it one exact product or quotient of two doubles, which IEEE
+ * rounds correctly (Clinger's fast path); 0 otherwise, for strtod. */
+static int exact_double(const unsigned char *p, const unsigned char *end, double *value) {
+    static const double powers[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int negative = *p == '-', digits = 0, exponent = 0, fraction = 0;
+    uint64_t mantissa = 0;
+    p += negative;
+    for (; p < end && *p != 'e' && *p != 'E'; p++) {
+        if (*p == '.') {
+            fraction = 1;
+            continue;
+        }
+        int d = *p - '0';
+        if (mantissa == 0 && d == 0) { /* a leading zero */
+            exponent -= fraction;
+            continue;
+        }
+        if (++digits > 15) return 0;
+        mantissa = mantissa * 10 + (uint64_t)d;
+        exponent -= fraction;
+    }
+    if (p < end) { /* the exponent part */
+        p++;
+        int sign = 1, e = 0;
+        if (*p == '+' || *p == '-') sign = *p++ == '-' ? -1 : 1;
+        for (; p < end; p++) {
+            if (e > 1000) return 0;
+            e = e * 10 + (*p - '0');
+        }
+        exponent += sign * e;
+    }
+    double m = (double)mantissa;
+    if (mantissa == 0) *value = 0.0;
+    else if (exponent >= 0 && exponent <= 22) *value = m * powers[exponent];
+    else if (exponent < 0 && exponent >= -22) *value = m / powers[-exponent];
+    else return 0;
+    if (negative) *value = -*value;
+    return 1;
+}
+
 /* A number at the cursor, checked against JSON's grammar; its value when asked. */
 static int number(Cursor *c, double *value) {
     const unsigned char *p = c->p, *end = c->end, *start = p;
@@ -276,7 +318,7 @@ static int number(Cursor *c, double *value) {
         if (p >= end || *p < '0' || *p > '9') return BAD;
         while (p < end && *p >= '0' && *p <= '9') p++;
     }
-    if (value) {
+    if (value && !exact_double(start, p, value)) {
         size_t n = (size_t)(p - start);
         char small[64], *text = n < sizeof small ? small : malloc(n + 1);
         if (!text) return NOMEM;
@@ -408,7 +450,7 @@ static int key(Cursor *c, const char *const *keys, int n_keys, int *which) {
     }
     *which = n_keys;
     for (int i = 0; i < n_keys; i++)
-        if (strlen(keys[i]) == n && !memcmp(keys[i], name, n)) *which = i;
+        if (keys[i][0] == name[0] && strnlen(keys[i], n + 1) == n && !memcmp(keys[i], name, n)) *which = i;
     free(decoded.data);
     return expect(c, ':');
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 
 import pyarrow as pa
 import pytest
@@ -180,6 +181,20 @@ def test_a_line_longer_than_a_record_may_be_is_refused():
     assert parse(line, max_line=len(line)) is not None
     assert parse(line, max_line=len(line) - 1) is None
     assert parse(line + b"\n", max_line=len(line)) is not None  # its newline is not counted
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.integers(-10**25, 10**25).map(str),
+    st.from_regex(r"-?(0|[1-9][0-9]{0,19})(\.[0-9]{1,19})?([eE][+-]?[0-9]{1,3})?", fullmatch=True),
+))
+def test_a_score_is_the_double_python_reads_to_the_bit(text):
+    # Short decimals take an exact product or quotient of doubles, the rest strtod: both are
+    # correctly rounded, as float() is (and Arrow's reader).
+    line = b'{"case_id": "a", "retrieved_context": [{"id": "x", "score": ' + text.encode() + b"}]}"
+    score = rows_of(line)[0]["retrieved_context"][0]["score"]
+    assert struct.pack("<d", score) == struct.pack("<d", float(text))
 
 
 # ----------------------------------------------------------------------------- against the rules
