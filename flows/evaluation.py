@@ -90,10 +90,10 @@ def evaluate_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int
     run_id = plan.run_id
     retrieved = retrieved_items(staged, run_id)
     # Arrow writes the batch's largest file on one core, on a thread of its own, while Polars
-    # and DuckDB make the rest.
+    # and DuckDB make the rest; card_id is the views' to compute (flows/views.py DERIVED_COLUMNS).
     with ThreadPoolExecutor(max_workers=1) as writer:
         written = writer.submit(
-            write_parquet, retrieved.drop("case_no"), txn.new_part("retrieved", run_id), txn.root,
+            write_parquet, retrieved.drop("case_no", "card_id"), txn.new_part("retrieved", run_id), txn.root,
             compression="lz4", statistics=False, dictionary=["run_id", "case_id"],
         )
         evaluated = evaluate_cases(staged, retrieved, run_id, plan.headline_k, plan.ks, con)

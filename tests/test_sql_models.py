@@ -270,3 +270,31 @@ def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
     bare = pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]})  # no created_at to derive from
     [row] = with_later_columns(con.from_arrow(bare.to_arrow()), "runs", mixed=False).pl().to_dicts()
     assert row == {"run_id": "old-run", "n_cases": 3, "created_at_utc": None, "relevance_level": 1}
+
+
+def test_card_id_is_computed_by_every_view_whether_a_part_stores_it_or_not(tmp_path):
+    """`retrieved` parts no longer store card_id (flows/views.py DERIVED_COLUMNS); a part of an
+    earlier version does. The views (`query`, the report) and the catalog compute it for both by
+    SPEC 2.1: parent_id when present and non-empty, else the chunk's id."""
+    import duckdb
+    from retrieval_eval.flows.catalog import _view_ddl
+    from retrieval_eval.flows.engine import connect
+    from retrieval_eval.flows.views import with_derived_columns
+
+    earlier = pl.DataFrame({"run_id": ["old"] * 2, "case_id": ["a"] * 2, "rank": [1, 2], "chunk_id": ["A::00", "B::00"],
+                            "parent_id": ["A", None], "card_id": ["A", "B::00"], "score": [0.9, 0.8], "card_rank": [1, 2]})
+    now = pl.DataFrame({"run_id": ["new"] * 2, "case_id": ["a"] * 2, "rank": [1, 2], "chunk_id": ["C::00", "D::00"],
+                        "parent_id": ["", "D"], "score": [0.9, 0.8], "card_rank": [1, 2]})
+    files = [str(tmp_path / "earlier.parquet"), str(tmp_path / "now.parquet")]
+    earlier.write_parquet(files[0])
+    now.write_parquet(files[1])
+    expected = [("old", "A"), ("old", "B::00"), ("new", "C::00"), ("new", "D")]
+    con = connect()
+    view = with_derived_columns(con.read_parquet(files, union_by_name=True), "retrieved")
+    assert view.columns[-1] == "card_id" and view.columns.count("card_id") == 1
+    assert view.select("run_id", "card_id").fetchall() == expected
+    catalog = duckdb.connect()
+    catalog.execute("attach ':memory:' as catalog")
+    catalog.execute(_view_ddl("retrieved", files, by_name=True))
+    assert catalog.execute("select run_id, card_id from catalog.retrieved").fetchall() == expected
+    assert with_derived_columns(view, "cases") is view  # a table with nothing derived
