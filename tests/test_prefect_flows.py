@@ -368,7 +368,9 @@ def test_serve_registers_the_nightly_deployment_and_a_killed_flow_run_is_crashed
     from prefect.deployments import run_deployment
 
     runs = tmp_path / "runs"
-    write_run(runs, "big", lines=synthetic_cases(60_000))
+    big = synthetic_cases(60_000)
+    for n in range(4):  # long enough to be killed while it runs (about a second a run)
+        write_run(runs, f"big-{n}", lines=big)
     server = command("serve", str(runs), "--cron", "30 3 * * *", "--warehouse", str(tmp_path / "wh"),
                      "--report-dir", str(tmp_path / "rep"), "--crash-after", "30", api_url=api_url,
                      start_new_session=True)
