@@ -308,3 +308,20 @@ def test_a_gzip_file_and_a_clean_copy_are_read_by_arrow(tmp_path):
     with CaseFileRead(plain) as ours, CaseFileRead(packed) as gz, CaseFileRead(plain, scan=False) as clean_copy:
         assert ours.strict and not gz.strict and not clean_copy.strict
         assert list(ours.tables(10))[0].equals(list(gz.tables(10))[0])
+
+
+def test_without_the_parser_every_read_takes_arrow_and_the_job_gives_the_same_figures(tmp_path, monkeypatch):
+    # An install without a C compiler has no flows/_case_columns (the extension is optional).
+    from builders import SAMPLE_RUNS, evaluate, job_options, reader
+
+    def figures(warehouse):
+        with reader(warehouse) as con:
+            return con.execute("select * exclude (run_id) from aggregates order by all").fetchall(), \
+                con.execute("select * from case_metrics order by run_id, case_id, k").fetchall()
+
+    evaluate(job_options(SAMPLE_RUNS, tmp_path / "strict"))
+    monkeypatch.setattr(case_file, "_case_columns", None)
+    with CaseFileRead(next(SAMPLE_RUNS.glob("*/cases.jsonl"))) as read:
+        assert not read.strict
+    evaluate(job_options(SAMPLE_RUNS, tmp_path / "arrow"))
+    assert figures(tmp_path / "strict") == figures(tmp_path / "arrow")
