@@ -320,6 +320,10 @@ def dask_worker_env(api_url: str | None) -> dict[str, str]:
     # As quiet as the driver (flows/prefect_settings.py `configured`): nothing from Prefect
     # unless the user chose a level, so a failed task is the command's one line, not two.
     env["PREFECT_LOGGING_LEVEL"] = os.environ.get("PREFECT_LOGGING_LEVEL", "CRITICAL")
+    if "PREFECT_LOGGING_LEVEL" not in os.environ:
+        # Prefect's queue services log at the top level, not under `prefect`: a worker that ends
+        # with events still queued would say so on the command's stderr.
+        env["PREFECT_LOGGING_ROOT_LEVEL"] = "CRITICAL"
     # A worker's own errors are infrastructure's: a failed task reaches the driver, and a lost
     # worker is the nanny's (in the driver) to say. At the end of a good run a worker can still
     # log a heartbeat the closing scheduler no longer answered, with its traceback.

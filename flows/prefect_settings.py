@@ -56,13 +56,16 @@ def check_api(url: str) -> None:
                          "start it, or unset PREFECT_API_URL to run without it") from None
 
 
+QUEUE_SERVICES = ("EventsWorker", "APILogWorker")  # Prefect's queue services' loggers (top level)
+
+
 def quiet_prefect_loggers(level: int) -> list[tuple[logging.Logger | logging.Handler, int]]:
     """Every Prefect logger at `level` (some have their own level, the internal ones ignore
     logger levels but not their handler's, the queue services log at the top level); returns
     what to restore."""
     changed: list[tuple[Any, int]] = []
     names = ["prefect", *[n for n in logging.root.manager.loggerDict if n.startswith("prefect.")],
-             "EventsWorker", "APILogWorker", "distributed"]
+             *QUEUE_SERVICES, "distributed"]
     for name in names:
         logger = logging.getLogger(name)
         changed.append((logger, logger.level))
@@ -140,11 +143,14 @@ def configured(*, served: bool = False) -> Iterator[None]:
         with temporary_settings(updates=updates, set_defaults=defaults):
             yield
     finally:
-        drain_services()  # now, while Prefect is quiet: at exit, events still queued are a warning line
+        drain_services()  # now, while Prefect is quiet
         for name in RUN_LOGGERS:
             logging.getLogger(name).removeFilter(PLAIN_EXPECTED_ERRORS)
         for item, level in restore:
-            item.setLevel(level)
+            # The queue services stay quiet: what they could not send in time they would say at
+            # the interpreter's exit, a warning line after the command's own.
+            if getattr(item, "name", None) not in QUEUE_SERVICES:
+                item.setLevel(level)
 
 
 def drain_services() -> None:
