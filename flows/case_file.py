@@ -406,7 +406,15 @@ class CaseFileRead:
         return self._facts.done()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
-        while (item := self._handed.get()) is not None:
+        while True:
+            try:
+                item = self._handed.get(timeout=0.1)
+            except queue.Empty:
+                if self._done.is_set():  # closed: nothing more will come
+                    raise Stopped from None
+                continue
+            if item is None:
+                return
             if isinstance(item, Exception):
                 raise item
             if self._done.is_set():

@@ -135,3 +135,13 @@ def test_the_scan_of_a_file_in_blocks_agrees_with_the_whole_bytes(pieces, block_
     finally:
         case_file.FIND_BUDGET = saved
     assert (scan.lines, scan.object_lines, scan.json_only) == _facts_by_hand(data)
+
+
+def test_tables_asked_of_a_closed_read_end_it_rather_than_wait(tmp_path):
+    # a read closed by someone else (found by a review, 2026-12-04: it waited for ever)
+    from retrieval_eval.flows.case_file import Stopped
+
+    read = CaseFileRead(_cases_file(tmp_path))
+    read.close()
+    with pytest.raises(Stopped):
+        list(read.tables(10))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from retrieval_eval.transforms import deep_json
@@ -55,3 +56,12 @@ def test_any_depth_reads_without_recursion():
     for _ in range(depth + 1):  # the key, then each list
         value = value["a"] if isinstance(value, dict) else value[0]
     assert value == {"b": [1, "c"]}
+
+
+@pytest.mark.parametrize("number", ["1\u0661", "\u0661", "1.\u0662", "1e\u0663", "\uff11"])
+def test_a_digit_of_another_script_is_not_a_json_digit(number):
+    # json.scanner's number pattern (\d) takes them; json.loads does not, nor the line rules
+    # for a record nested deeper than json.loads reads (found by a review, 2026-12-04).
+    text = '{"n": ' + number + "}"
+    assert verdict(json.loads, text)[0] == verdict(deep_json.loads, text)[0] == "refused"
+

@@ -18,6 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import httpx
 import polars as pl
 import pytest
 from builders import (
@@ -390,10 +391,15 @@ def test_serve_registers_the_nightly_deployment_and_a_killed_flow_run_is_crashed
                 time.sleep(0.5)
 
             flow_run = run_deployment("retrieval-eval/nightly", timeout=0)
-            while client.read_flow_run(flow_run.id).state.type.value != "RUNNING":
-                assert time.monotonic() < deadline + 120, "the flow run never started"
+            # The automation counts from a heartbeat: the run is killed once the server holds its
+            # first (sent as it starts; a fixed second after Running was too short for a loaded
+            # server, and a shorter run could end before it).
+            heartbeats = {"filter": {"event": {"name": ["prefect.flow-run.heartbeat"]},
+                                     "resource": {"id": [f"prefect.flow-run.{flow_run.id}"]}}, "limit": 1}
+            while not httpx.post(f"{api_url}/events/filter", json=heartbeats, timeout=10).json()["events"]:
+                assert time.monotonic() < deadline + 120, "the flow run sent no heartbeat"
+                assert client.read_flow_run(flow_run.id).state.type.value in ("SCHEDULED", "PENDING", "RUNNING")
                 time.sleep(0.2)
-            time.sleep(1)  # its first heartbeat is sent as it starts
             os.killpg(server.pid, signal.SIGKILL)  # the serving process and the flow run's, at once
             server.wait()
             crashed_by = time.monotonic() + 150

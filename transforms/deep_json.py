@@ -13,9 +13,11 @@ import re
 from collections.abc import Callable
 from json import JSONDecodeError
 from json.decoder import scanstring
-from json.scanner import NUMBER_RE
 
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
+# JSON's digits are 0-9; json.scanner's NUMBER_RE (\d) also takes other scripts' digits, which
+# json.loads (its C scanner) refuses.
+NUMBER_RE = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _LITERALS = (("null", None), ("true", True), ("false", False))
 _CONSTANTS = ("NaN", "Infinity", "-Infinity")
 
