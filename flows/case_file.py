@@ -284,16 +284,16 @@ def _line_blocks(handle: IO[bytes], stop: threading.Event) -> Iterator[memoryvie
         yield memoryview(block)[:cut]
 
 
-def _strings(length: int, column: tuple) -> pa.Array:
-    (bits, nulls), offsets, data = column
-    buffers = [None if bits is None else pa.py_buffer(bits), pa.py_buffer(offsets), pa.py_buffer(data)]
-    return pa.Array.from_buffers(pa.string(), length, buffers, null_count=nulls)
-
-
-def _list(item_type: pa.DataType, length: int, validity: tuple, offsets: bytes, items: pa.Array) -> pa.Array:
+def _array(arrow_type: pa.DataType, length: int, validity: tuple, *buffers: bytes, children=None) -> pa.Array:
+    """An Arrow array over the parser's buffers: its validity is (bitmap or None, null count)."""
     bits, nulls = validity
-    buffers = [None if bits is None else pa.py_buffer(bits), pa.py_buffer(offsets)]
-    return pa.Array.from_buffers(pa.list_(item_type), length, buffers, null_count=nulls, children=[items])
+    wrapped = [None if bits is None else pa.py_buffer(bits), *map(pa.py_buffer, buffers)]
+    return pa.Array.from_buffers(arrow_type, length, wrapped, null_count=nulls, children=children)
+
+
+def _strings(length: int, column: tuple) -> pa.Array:
+    validity, offsets, data = column
+    return _array(pa.string(), length, validity, offsets, data)
 
 
 def parsed_batch(parsed: tuple) -> pa.RecordBatch:
@@ -302,12 +302,11 @@ def parsed_batch(parsed: tuple) -> pa.RecordBatch:
     n, text, gold, (validity, offsets, n_items, ids, parents, (score_validity, scores)) = parsed
     columns = dict(zip(("case_id", "locale", "category", "question", "query"), (_strings(n, c) for c in text)))
     for name, (list_validity, list_offsets, strings) in zip(("must_cite_one_of", "relevant_ids"), gold):
-        columns[name] = _list(pa.string(), n, list_validity, list_offsets, _strings(len(strings[1]) // 4 - 1, strings))
-    score_bits, score_nulls = score_validity
-    score = pa.Array.from_buffers(pa.float64(), n_items, [None if score_bits is None else pa.py_buffer(score_bits),
-                                                          pa.py_buffer(scores)], null_count=score_nulls)
+        ids_of_lists = _strings(len(strings[1]) // 4 - 1, strings)
+        columns[name] = _array(pa.list_(pa.string()), n, list_validity, list_offsets, children=[ids_of_lists])
+    score = _array(pa.float64(), n_items, score_validity, scores)
     items = pa.StructArray.from_arrays([_strings(n_items, ids), _strings(n_items, parents), score], fields=list(RETRIEVED_ITEM))
-    columns["retrieved_context"] = _list(RETRIEVED_ITEM, n, validity, offsets, items)
+    columns["retrieved_context"] = _array(pa.list_(RETRIEVED_ITEM), n, validity, offsets, children=[items])
     columns["relevance"] = pa.nulls(n, CASES_SCHEMA.field("relevance").type)
     return pa.RecordBatch.from_arrays([columns[name] for name in CASES_SCHEMA.names], schema=CASES_SCHEMA)
 
@@ -333,8 +332,8 @@ class CaseFileRead:
         self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
         self._done = threading.Event()
         self._facts: Future[FileFacts] = Future()
-        parse = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
-        self._threads = [threading.Thread(target=parse[0], args=parse[1], name="parse", daemon=True)]
+        target, args = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
+        self._threads = [threading.Thread(target=target, args=args, name="parse", daemon=True)]
         if scan:
             self._threads.append(threading.Thread(target=self._scan, name="scan", daemon=True))
         for thread in self._threads:

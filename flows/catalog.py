@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from .views import DERIVED_COLUMNS, DamagedPart, checked_parts
+from .views import DamagedPart, checked_parts, derived_select_list
 from .warehouse import TABLES, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
@@ -54,16 +54,11 @@ def _made_for(path: Path) -> tuple | None:
 
 def _view_ddl(table: str, files: list[str], by_name: bool) -> str:
     # DuckDB refuses bind parameters in CREATE VIEW, so the file list is a literal rendered and
-    # quoted by DuckDB itself; `table` is one of the fixed TABLES, and a derived column's name
-    # and rule are the constants of flows/views.py DERIVED_COLUMNS (a stored one is left out).
+    # quoted by DuckDB itself; `table` is one of the fixed TABLES, and its select list is the
+    # views' own (flows/views.py `derived_select_list`).
     if table not in TABLES:
         raise ValueError(f"unknown table {table!r}")
-    derived = DERIVED_COLUMNS.get(table, {})
-    columns = "*"
-    if derived:
-        names = str(duckdb.ConstantExpression(list(derived)))
-        columns = ("columns(lambda c: not list_contains(" + names + ", c)), "
-                   + ", ".join(rule + " as " + name for name, rule in derived.items()))
+    columns = derived_select_list(table) or "*"
     return (
         "create view catalog." + table + " as select " + columns + " from read_parquet("
         + str(duckdb.ConstantExpression(files))

@@ -155,13 +155,22 @@ def with_later_columns(relation: duckdb.DuckDBPyRelation, table: str, *, mixed: 
     return relation.select(*columns)
 
 
-def with_derived_columns(relation: duckdb.DuckDBPyRelation, table: str) -> duckdb.DuckDBPyRelation:
-    """`relation` with the DERIVED_COLUMNS of `table` computed (any stored one left out), last."""
+def derived_select_list(table: str) -> str | None:
+    """The select list of `table`'s view: every stored column but its DERIVED_COLUMNS, then
+    those computed, last (None when it has none). SQL text, since the catalog's CREATE VIEW
+    takes no bind parameters; its names and rules are the constants above."""
     derived = DERIVED_COLUMNS.get(table)
     if not derived:
-        return relation
-    kept = [duckdb.ColumnExpression(name) for name in relation.columns if name not in derived]
-    return relation.select(*kept, *(duckdb.SQLExpression(rule).alias(name) for name, rule in derived.items()))
+        return None
+    names = str(duckdb.ConstantExpression(list(derived)))
+    return ("columns(lambda c: not list_contains(" + names + ", c)), "
+            + ", ".join(rule + " as " + name for name, rule in derived.items()))
+
+
+def with_derived_columns(relation: duckdb.DuckDBPyRelation, table: str) -> duckdb.DuckDBPyRelation:
+    """`relation` with the DERIVED_COLUMNS of `table` computed (any stored one left out), last."""
+    select = derived_select_list(table)
+    return relation if select is None else relation.project(select)
 
 
 def open_reader(warehouse: Warehouse, state: State | None = None, run_ids: Iterable[str] | None = None,
