@@ -10,13 +10,16 @@ the warehouse and the CLI), `transforms` (pure steps over frames) and `sql` (Duc
 __version__ = "0.2.0"
 
 
-def evaluate(cases, *, k, ks=(), relevance_level=1):
+def evaluate(cases, *, k, ks=(), relevance_level=1, allow_rejects=False, run_id=None):
     """Per-case metrics and aggregates of `cases` at cutoff `k` (and the sweep `ks`), in memory.
 
     `cases` is a cases.jsonl path, a Polars or pandas DataFrame with the case columns, or an
     iterable of case dicts. Returns an object with `.case_metrics` and `.aggregates` (Polars
-    DataFrames with the columns of the warehouse views of those names). See the README.
+    DataFrames with the columns of the warehouse views of those names). A record that breaks
+    the rules raises RejectedRecords, unless `allow_rejects` (then `.rejects` lists them);
+    `run_id` names the run in the frames (default "python"). See the README.
     """
     from .flows.api import evaluate as evaluate_cases
 
-    return evaluate_cases(cases, k=k, ks=ks, relevance_level=relevance_level)
+    return evaluate_cases(cases, k=k, ks=ks, relevance_level=relevance_level, allow_rejects=allow_rejects,
+                          run_id=run_id)

@@ -17,7 +17,7 @@ import polars as pl
 
 from ..transforms.aggregates import aggregates, merge_partials
 from ..transforms.case_metrics import cutoffs, evaluate_cases
-from ..transforms.errors import InputError, Reject, RejectedRecords
+from ..transforms.errors import InputError, Reject, RejectedRecords, RejectTally
 from ..transforms.metrics import MAX_K
 from ..transforms.rankings import retrieved_items
 from .engine import connect
@@ -97,13 +97,17 @@ def _check_int(value: object, name: str) -> int:
 
 
 def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: Iterable[int] = (),
-             relevance_level: int = 1, allow_rejects: bool = False, run_id: str = RUN_ID) -> Evaluation:
+             relevance_level: int = 1, allow_rejects: bool = False, run_id: str | None = None) -> Evaluation:
     """The figures of `cases` at the headline `k` and the sweep `ks`. `cases` is a cases.jsonl
     path (or .gz), a Polars or pandas DataFrame with the case columns, or an iterable of case
     dicts. A record that breaks the rules raises RejectedRecords naming it, unless
     `allow_rejects` (then `rejects` lists them): `file:line` for a path, else the kind of the
-    input and the record's number from 1 (`pandas.DataFrame:3` is its third row)."""
+    input and the record's number from 1 (`pandas.DataFrame:3` is its third row). `run_id`
+    (default "python") is the `run_id` column of the frames."""
     ks = cutoffs(_check_int(k, "k"), [_check_int(cutoff, "ks") for cutoff in ks])
+    run_id = RUN_ID if run_id is None else run_id
+    if not isinstance(run_id, str) or not run_id:
+        raise InputError(f"run_id must be a non-empty string, got {run_id!r}")
     _check_int(relevance_level, "relevance_level")
     with tempfile.TemporaryDirectory(prefix="retrieval-eval-") as scratch:
         scratch_dir = Path(scratch)
@@ -123,10 +127,13 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
             for batch in ingest.batches():
                 retrieved = retrieved_items(batch.frame, run_id)
                 evaluated[(batch.attempt, batch.index)] = evaluate_cases(batch.frame, retrieved, run_id, k, ks, con)
-    account = ingest.account
-    rejects = [Reject(name, r.line, r.reason, r.raw) for r in account.rejects]
-    if account.refused:
-        raise RejectedRecords(run_id, rejects, allow="allow_rejects=True")
+        account = ingest.account
+        if account.refused:
+            first = tuple(Reject(name, r.line, r.reason, r.raw) for r in account.rejects.tally.first)
+            raise RejectedRecords(run_id, RejectTally(account.rejects.count, first), allow="allow_rejects=True")
+        # The rejects the ingest streamed to the scratch folder, read before it is removed.
+        rejects = [Reject(name, line, reason, raw) for frame in account.rejects.frames()
+                   for line, reason, raw in frame.select("line", "reason", "raw").iter_rows()]
     mine = [evaluated[key] for key in sorted(evaluated) if key[0] == account.attempt]
     return Evaluation(
         case_metrics=pl.concat([e.case_metrics for e in mine]),

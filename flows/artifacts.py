@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ..transforms.errors import InputError
 from ..transforms.manifest import Manifest, parse_manifest
-from ..transforms.records import strict_json_loads
+from ..transforms.deep_json import TooDeep
+from ..transforms.records import UnkeepableText, strict_json_loads
 
 CASE_FILE_NAMES = ("cases.jsonl", "cases.jsonl.gz")
 
@@ -31,10 +32,14 @@ class RunFolder:
         return (self.run_dir / "manifest.json", self.cases_file)
 
 
-def read_json_file(path: Path, missing_hint: str) -> object:
-    """Parse a small JSON file; a missing or malformed file is an InputError naming it."""
+def read_json_file(path: Path, missing_hint: str, max_depth: int | None = None) -> object:
+    """Parse a small JSON file (transforms/records.py `strict_json_loads`, nested at most
+    `max_depth` containers when given); a missing or malformed file is an InputError naming
+    it, and the field when the refusal has one."""
     try:
-        return strict_json_loads(path.read_text(encoding="utf-8"))
+        return strict_json_loads(path.read_text(encoding="utf-8"), max_depth)
+    except (TooDeep, UnkeepableText) as error:
+        raise InputError(f"{path}: {error}") from None
     except FileNotFoundError:
         raise InputError(f"{path}: missing ({missing_hint})") from None
     except IsADirectoryError:

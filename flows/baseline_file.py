@@ -15,6 +15,9 @@ from .engine import written_aside
 from .schemas import validate
 
 LISTED_PROBLEMS = 20
+# A baseline's fields nest four containers deep (cases → a case → its gold list); far deeper
+# is refused while it is parsed, before a schema check could recurse into it.
+MAX_DEPTH = 32
 
 
 class Baseline:
@@ -32,7 +35,7 @@ class Baseline:
 
 
 def read_baseline(path: Path) -> Baseline:
-    snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`")
+    snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`", MAX_DEPTH)
     problems = validate(snapshot, "baseline")
     cases = None if problems else snapshot_case_metrics(snapshot)
     problems = problems or snapshot_problems(snapshot, cases)  # its figures, once its shape holds

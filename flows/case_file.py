@@ -49,8 +49,13 @@ except ImportError:  # not compiled here (no C compiler at install): Arrow's rea
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
 # again with blocks as long as the longest.
 BLOCK_BYTES = 1 << 20
-# JSON parsed ahead of the evaluation, in blocks (one Arrow batch each): ~100 MB of columns at most.
+# A table holds at most this many cases, however few items they retrieved: records without
+# items (or a file of `{}` lines on its way to the line-by-line rules) stay within a batch's memory.
+MAX_TABLE_CASES = 100_000
+# JSON parsed ahead of the evaluation, in blocks (one Arrow batch each): ~100 MB of columns at most,
+# and never more than READ_AHEAD_COLUMN_BYTES of columns (short lines, as `{}`, make many times their bytes).
 READ_AHEAD_BYTES = 512 << 20
+READ_AHEAD_COLUMN_BYTES = 64 << 20
 # The strict parser's blocks of whole lines (4 MiB: fewer calls than 1, as fast per byte), and
 # how many it parses at once.
 STRICT_BLOCK_BYTES = 4 << 20
@@ -331,6 +336,8 @@ class CaseFileRead:
         self.strict = strict and scan and _case_columns is not None and path.suffix != ".gz"
         self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
         self._done = threading.Event()
+        self._room = threading.Condition()  # the columns handed on and not yet taken, in bytes
+        self._held_bytes = 0
         self._facts: Future[FileFacts] = Future()
         target, args = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
         self._threads = [threading.Thread(target=target, args=args, name="parse", daemon=True)]
@@ -370,13 +377,27 @@ class CaseFileRead:
             self._offer(error)
 
     def _offer(self, item: object) -> bool:
+        size = item.nbytes if isinstance(item, pa.RecordBatch) else 0
         while not self._done.is_set():
+            with self._room:
+                if self._held_bytes and self._held_bytes + size > READ_AHEAD_COLUMN_BYTES:
+                    self._room.wait(0.1)
+                    continue
+                self._held_bytes += size
             try:
                 self._handed.put(item, timeout=0.1)
                 return True
             except queue.Full:
+                with self._room:
+                    self._held_bytes -= size
                 continue
         return False
+
+    def _taken(self, item: object) -> None:
+        if isinstance(item, pa.RecordBatch):
+            with self._room:
+                self._held_bytes -= item.nbytes
+                self._room.notify()
 
     def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
         try:
@@ -408,6 +429,7 @@ class CaseFileRead:
         while True:
             try:
                 item = self._handed.get(timeout=0.1)
+                self._taken(item)
             except queue.Empty:
                 if self._done.is_set():  # closed: nothing more will come
                     raise Stopped from None
@@ -425,23 +447,25 @@ class CaseFileRead:
         fewer); a file without records gives one empty table, so that every table of the run
         gets its (empty) part."""
         pending: list[pa.RecordBatch] = []
-        n_items = 0
+        n_items = n_cases = 0
         n_tables = 0
         for batch in self._batches():
             while batch.num_rows:
                 offsets = batch.column("retrieved_context").offsets  # items before each case, and the end
                 batch_size = offsets[-1].as_py() - offsets[0].as_py()
-                if n_items + batch_size < batch_items:  # all of it fits
+                if n_items + batch_size < batch_items and n_cases + batch.num_rows < MAX_TABLE_CASES:  # all of it fits
                     pending.append(batch)
                     n_items += batch_size
+                    n_cases += batch.num_rows
                     break
-                # Cut where the running total reaches batch_items.
+                # Cut where the running total reaches batch_items, or the cases MAX_TABLE_CASES.
                 before = _int32_values(offsets) - offsets[0].as_py()
-                cut = max(1, int(np.searchsorted(before, batch_items - n_items, side="left")))
+                cut = int(np.searchsorted(before, batch_items - n_items, side="left"))
+                cut = max(1, min(cut, MAX_TABLE_CASES - n_cases))
                 pending.append(batch.slice(0, cut))
                 yield pa.Table.from_batches(pending)
                 n_tables += 1
-                pending, n_items = [], 0
+                pending, n_items, n_cases = [], 0, 0
                 batch = batch.slice(cut)
         if pending:
             yield pa.Table.from_batches(pending)

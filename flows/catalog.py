@@ -7,11 +7,17 @@ v1.0.0 format so that the DuckDB command-line tool users install with pip opens 
 views name files by absolute path (they answer from any working directory), and the log
 version and root it was made for are kept in `_retrieval_eval`, so that any command finds
 it stale after a commit it missed or a move of the folder, and makes it again.
+
+A catalog held open read-write by another process (a user's DuckDB session, which may have
+made tables of its own in it) can be neither read nor replaced safely: it is left as it is
+(CatalogHeld), every command reads the parts by the log without it, and the first command
+after that session closes makes it again.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -19,6 +25,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from ..transforms.errors import InputError
 from .views import DamagedPart, checked_parts, derived_select_list
 from .warehouse import TABLES, State, Warehouse, union_by_name
 
@@ -36,19 +43,38 @@ _OTHER_OBJECTS = """
 """
 
 
+class CatalogHeld(InputError):
+    """catalog.duckdb is open read-write in another process: it is not replaced, since what
+    that session holds (its own tables) cannot be read while it holds the file."""
+
+    def __init__(self, path: Path, error: duckdb.Error) -> None:
+        holder = re.search(r"\(PID (\d+)\)", str(error))
+        by = f"another process (PID {holder.group(1)}, a DuckDB session?)" if holder else "another process"
+        super().__init__(f"{path} is held open read-write by {by}, so it was not refreshed")
+
+
+def _held(error: duckdb.Error) -> bool:
+    """Whether opening the catalog failed on another process's lock (DuckDB's read-write
+    session), not on the file's bytes."""
+    return isinstance(error, duckdb.IOException) and "lock" in str(error).lower()
+
+
 def _others(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [row[0] for row in con.execute(_OTHER_OBJECTS, {"tables": OWN_TABLES, "views": list(TABLES)}).fetchall()]
 
 
 def _made_for(path: Path) -> tuple | None:
     """(warehouse_id, log_version, root) an existing catalog was made for; None when there is
-    no file, it holds no such record, or it holds objects of someone else's."""
+    no file, it holds no such record, or it holds objects of someone else's. CatalogHeld when
+    another process holds it open read-write."""
     if not path.exists():
         return None
     try:
         with duckdb.connect(str(path), read_only=True) as con:
             return None if _others(con) else con.execute("select warehouse_id, log_version, root from _retrieval_eval").fetchone()
-    except duckdb.Error:
+    except duckdb.Error as error:
+        if _held(error):
+            raise CatalogHeld(path, error) from None
         return None
 
 
@@ -68,7 +94,8 @@ def _view_ddl(table: str, files: list[str], by_name: bool) -> str:
 
 def _owned(path: Path, warehouse_id: str | None) -> bool:
     """Whether an existing catalog file is this warehouse's (else it is moved aside, never
-    overwritten: it may hold someone's own tables)."""
+    overwritten: it may hold someone's own tables). CatalogHeld when another process holds it
+    open read-write, whatever it was before: that session may have made tables since."""
     try:
         with duckdb.connect(str(path), read_only=True) as con:
             tables = {row[0] for row in con.execute("select table_name from duckdb_tables()").fetchall()}
@@ -78,15 +105,16 @@ def _owned(path: Path, warehouse_id: str | None) -> bool:
                 row = con.execute("select warehouse_id from _retrieval_eval").fetchone()
                 return row is not None and row[0] == warehouse_id  # an emptied record: not ours
             return "_partitions" in tables  # made by an earlier version of retrieval-eval
-    except duckdb.IOException as error:
-        return "lock" in str(error).lower()  # held open by a reader: ours, in use
-    except duckdb.Error:
+    except duckdb.Error as error:
+        if _held(error):
+            raise CatalogHeld(path, error) from None
         return False
 
 
-def write_catalog(warehouse: Warehouse, state: State, *, owned: bool = False) -> None:
-    """Make catalog.duckdb for `state`: written aside, then moved over the old one (`owned`:
-    the caller has read that the file there is this warehouse's)."""
+def write_catalog(warehouse: Warehouse, state: State) -> None:
+    """Make catalog.duckdb for `state`: written aside, then moved over the old one when that
+    is this warehouse's (else moved aside). CatalogHeld, with nothing changed, when another
+    process holds the file there open read-write."""
     target = warehouse.catalog_path
     aside = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -115,7 +143,9 @@ def write_catalog(warehouse: Warehouse, state: State, *, owned: bool = False) ->
             con.execute("detach catalog")
         finally:
             con.close()
-        if target.exists() and not (owned or _owned(target, state.warehouse_id)):
+        # Asked just before the move, even of a catalog the caller read as ours: a session may
+        # have opened it, and made tables of its own, while this one was written.
+        if target.exists() and not _owned(target, state.warehouse_id):
             foreign = target.with_name(f"{target.name}.foreign-{uuid.uuid4().hex[:8]}")
             os.replace(target, foreign)
             print(f"retrieval-eval: {target} was not this warehouse's catalog, or held tables or views of someone "
@@ -127,20 +157,26 @@ def write_catalog(warehouse: Warehouse, state: State, *, owned: bool = False) ->
         aside.with_name(aside.name + ".wal").unlink(missing_ok=True)
 
 
-def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = False) -> bool:
+def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = False, say_held: bool = True) -> bool:
     """Make the catalog when it is not current; with `announce`, say so when it was missing,
     unreadable or made for another folder (not merely behind a commit). A failure (a full
-    disk, a read-only folder) is a warning, never a lost commit: the log holds the truth.
-    Returns whether the catalog is current. The catalog is opened once for both questions
-    (is it current, is it ours): each open of a DuckDB file costs ~35 ms."""
-    made_for = _made_for(warehouse.catalog_path)
-    if made_for == (state.warehouse_id, state.version, str(warehouse.root)):
-        return True
-    if not state.runs:
-        return False
-    why = _why_stale(warehouse, made_for) if announce else None
+    disk, a read-only folder) is a warning, never a lost commit: the log holds the truth. A
+    catalog another process holds open read-write is left as it is, with a warning when
+    `say_held` (a reader, which never reads the catalog, leaves it unsaid). Returns whether
+    the catalog is current."""
     try:
-        write_catalog(warehouse, state, owned=made_for is not None and made_for[0] == state.warehouse_id)
+        made_for = _made_for(warehouse.catalog_path)
+        if made_for == (state.warehouse_id, state.version, str(warehouse.root)):
+            return True
+        if not state.runs:
+            return False
+        why = _why_stale(warehouse, made_for) if announce else None
+        write_catalog(warehouse, state)
+    except CatalogHeld as held:
+        if say_held:
+            print(f"retrieval-eval: warning: {held}; the warehouse is committed, and the first command after that "
+                  "session closes makes the catalog again", file=sys.stderr)
+        return False
     except DamagedPart as damage:
         print(f"retrieval-eval: warning: {warehouse.catalog_path} not made: {damage}", file=sys.stderr)
         return False

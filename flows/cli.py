@@ -69,10 +69,13 @@ def _in_engine_code(frame) -> bool:
 
 
 import argparse  # noqa: E402
+import errno  # noqa: E402
 import gc  # noqa: E402
-import math  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
+import stat  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from .. import __version__  # noqa: E402
@@ -80,34 +83,17 @@ from ..transforms.errors import InputError  # noqa: E402
 from . import config  # noqa: E402
 from .entry import interrupted_line  # noqa: E402
 from .interrupts import import_engines  # noqa: E402
+from .options import (  # noqa: E402
+    add_arguments,
+    bounded,
+    fraction,
+    positive_int,
+    significance_level,
+    values_of,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-MAX_INT = 2**31 - 1  # k, and every other count a user gives
-
-
-def parse_ks(text: str) -> tuple[int, ...]:
-    try:
-        ks = tuple(int(part) for part in text.split(","))  # an empty item is refused, not skipped
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--ks must be a comma-separated list of integers, got {text!r}") from None
-    if not ks or min(ks) < 1 or max(ks) > MAX_INT:
-        raise argparse.ArgumentTypeError(f"--ks values must be integers in [1, {MAX_INT}], got {text!r}")
-    return ks
-
-
-def bounded(cast, low, high, expected: str):
-    """An argparse type: `cast(text)` within [low, high], else a usage error (exit 2)."""
-
-    def parse(text: str):
-        try:
-            value = cast(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-
-    return parse
+EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # as a shell reports a command that SIGPIPE ended
 
 
 METRIC_CHOICES = ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k")
@@ -128,20 +114,19 @@ def parse_names(allowed: tuple[str, ...]):
     return parse
 
 
-positive_int = bounded(int, 1, MAX_INT, f"an integer in [1, {MAX_INT}]")
-fraction = bounded(float, 0.0, 1.0, "a number in [0, 1]")
-# A test at alpha 0 never rejects, at 1 always: both ends are refused.
-significance_level = bounded(float, math.nextafter(0.0, 1.0), math.nextafter(1.0, 0.0),
-                             "a significance level strictly between 0 and 1")
 non_negative = bounded(float, 0.0, 10_000.0, "a number of days >= 0")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none to show."""
+    """Shows each option's default, except where there is none to show; a list of names as the
+    comma-separated text the option takes."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         if action.default in (None, False, (), argparse.SUPPRESS) or "%(default)" in (action.help or ""):
             return action.help or ""
+        if isinstance(action.default, list | tuple):
+            shown = ",".join(str(item) for item in action.default).replace("%", "%%")
+            return f"{action.help or ''} (default: {shown})"
         return super()._get_help_string(action)
 
 
@@ -152,21 +137,6 @@ def add_orchestration_arguments(parser: argparse.ArgumentParser, tracked_flag: b
     parser.add_argument("--task-runner", choices=("thread", "dask"), default="thread",
                         help="where a tracked run's tasks run")
     parser.add_argument("--dask-address", help="scheduler of an existing Dask cluster (implies --task-runner dask)")
-
-
-def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tolerance", type=fraction, default=config.TOLERANCE, help="allowed drop on `all`")
-    parser.add_argument("--locale-tolerance", type=fraction, default=config.LOCALE_TOLERANCE,
-                        help="allowed drop on each locale")
-    parser.add_argument("--min-hit", type=fraction, help="absolute floor for hit@k on `all` (off unless given)")
-    parser.add_argument("--min-recall", type=fraction, help="absolute floor for recall@k on `all` (off unless given)")
-    parser.add_argument("--allow-missing-cases", action="store_true",
-                        help="pass although cases of the baseline are missing from the run")
-    parser.add_argument("--decision", choices=("point", "significant", "non-inferior"), default="point",
-                        help="point: fail on a drop past the tolerance; significant: and a paired test at --alpha "
-                             "(Holm over the gated lines) tells it from noise; non-inferior: pass only when the "
-                             "paired 95%% interval's lower bound is above −tolerance")
-    parser.add_argument("--alpha", type=significance_level, default=0.05, help="significance level of --decision significant")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -183,39 +153,26 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     run = command("run", "ingest runs, compute metrics, write the warehouse and the report", cmd_run)
-    run.add_argument("runs", nargs="?", type=Path, help=f"runs root or one run folder (default {config.RUNS})")
+    add_arguments(run, "run", ["runs"])
     run.add_argument("--trec-run", type=Path, metavar="FILE",
                      help="evaluate a TREC run file (qid Q0 docno rank score tag) in place of RUNS; needs --qrels")
     run.add_argument("--qrels", type=Path, metavar="FILE", help="the TREC judgments (qid iter docno rel) of --trec-run")
     run.add_argument("--run-id", help="the run id of --trec-run (default: the run file's name without extension)")
-    run.add_argument("--kb", type=Path, help=f"knowledge base cards.jsonl (default {config.KB} when present): "
-                     "gold ids that are not cards are flagged in the report")
-    run.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
-    run.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
-    run.add_argument("--k", type=positive_int,
-                     help=f"headline k (default: each run's retrieval_top_k; {config.TREC_TOP_K} for --trec-run)")
-    run.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
-    run.add_argument("--relevance-level", type=positive_int, default=1,
-                     help="the least grade a graded card needs to count as relevant")
-    run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report")
-    run.add_argument("--quiet", action="store_true", help="print only the report's file names")
-    run.add_argument("--allow-rejects", action="store_true", help="load the valid records of a run with rejects")
-    run.add_argument("--baseline", type=Path, help="gate the newest run against this snapshot (exit 1 when it fails)")
-    add_gate_arguments(run)
+    add_arguments(run, "run", ["kb", "warehouse", "report_dir", "k", "ks", "relevance_level"])
+    run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report "
+                     "(with --baseline, the gate's verdict too, under \"gate\")")
+    run.add_argument("--quiet", action="store_true",
+                     help="print only the report's file names (with --baseline, and the gate's one-line verdict)")
+    add_arguments(run, "run", ["allow_rejects", "baseline", "tolerance", "locale_tolerance", "min_hit", "min_recall",
+                               "allow_missing_cases", "decision", "alpha"])
     add_orchestration_arguments(run)
 
     serve = command("serve", "serve the nightly Prefect deployment (cron) until interrupted", cmd_serve)
-    serve.add_argument("runs", nargs="?", type=Path, default=config.RUNS)
+    add_arguments(serve, "serve")  # RUNS and every option of `run`, as each night's run takes them
     serve.add_argument("--cron", default=config.NIGHTLY_CRON, help="schedule, cron syntax (UTC)")
-    serve.add_argument("--kb", type=Path)
-    serve.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
-    serve.add_argument("--report-dir", type=Path, default=config.REPORT_DIR)
-    serve.add_argument("--ks", type=parse_ks, default=(), help="k sweep, e.g. 1,2,3,5,10")
-    serve.add_argument("--baseline", type=Path, help="gate the newest run against this snapshot each night")
     serve.add_argument("--crash-after", type=bounded(float, 30.0, 86_400.0, "seconds in [30, 86400]"), default=90.0,
                        help="a served flow run whose heartbeats stop this long (its process was killed) is marked "
                             "Crashed, and frees the deployment's concurrency slot")
-    add_gate_arguments(serve)
     add_orchestration_arguments(serve, tracked_flag=False)
 
     check = command("check-kb", "every gold id resolves to a KB card (exit 1 if not)", cmd_check_kb)
@@ -224,31 +181,28 @@ def build_parser() -> argparse.ArgumentParser:
 
     gate = command("gate", "regression tolerance of a run against a baseline snapshot", cmd_gate)
     gate.add_argument("run_id")
-    gate.add_argument("--baseline", type=Path, default=config.BASELINE)
-    gate.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
-    gate.add_argument("--kb", type=Path, help=f"knowledge base (default {config.KB} when present): flips whose gold "
-                      "is not a card are told apart")
+    add_arguments(gate, "gate")
     gate.add_argument("--format", choices=("table", "markdown", "json"), default="table",
                       help="markdown fits a CI job summary or a pull-request comment; json is for CI to post")
-    add_gate_arguments(gate)
 
     baseline = command("baseline", "the committed baseline snapshot", None)
     baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True)
     refresh = baseline_commands.add_parser("refresh", help="write the snapshot of a run", formatter_class=HelpFormatter)
     refresh.add_argument("run_id")
-    refresh.add_argument("--out", type=Path, default=config.BASELINE)
-    refresh.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    refresh.add_argument("--out", type=Path, default=config.BASELINE, help="the snapshot file to write")
+    add_arguments(refresh, "baseline refresh")
     refresh.set_defaults(handler=cmd_baseline_refresh)
     floors = baseline_commands.add_parser("floors", help="suggest --min-hit/--min-recall from the baseline",
                                           formatter_class=HelpFormatter)
-    floors.add_argument("--baseline", type=Path, default=config.BASELINE)
+    add_arguments(floors, "baseline floors")
     floors.add_argument("--margin", type=fraction, default=0.05, help="distance under the observed figure")
     floors.set_defaults(handler=cmd_baseline_floors)
 
     query = command("query", "one read-only SQL statement over the warehouse views", cmd_query)
     query.add_argument("sql")
-    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    query.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                       help="how the rows are printed; json is an array of row objects")
+    add_arguments(query, "query")
 
     warehouse = command("warehouse", "integrity of the warehouse: check, rebuild, vacuum", None)
     warehouse_commands = warehouse.add_subparsers(dest="warehouse_command", required=True)
@@ -258,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("vacuum", "delete files that commits superseded, past the retention", cmd_warehouse_vacuum),
     ):
         sub = warehouse_commands.add_parser(name, help=help_text, description=help_text, formatter_class=HelpFormatter)
-        sub.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+        add_arguments(sub, f"warehouse {name}")
         sub.set_defaults(handler=handler)
         if name == "vacuum":
             sub.add_argument("--retention-days", type=non_negative, default=config.RETENTION_DAYS,
@@ -276,9 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
                          help="paired test: sign-flip randomization (exact when small), bootstrap, or t")
     compare.add_argument("--correction", choices=("holm", "bh", "none"), default="holm",
                          help="multiple-testing correction over every comparison printed")
-    compare.add_argument("--alpha", type=significance_level, default=0.05)
-    compare.add_argument("--format", choices=("table", "markdown", "json", "html"), default="table")
-    compare.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    compare.add_argument("--alpha", type=significance_level, default=0.05, help="significance level of the tests")
+    compare.add_argument("--format", choices=("table", "markdown", "json", "html"), default="table",
+                         help="how the comparison is printed")
+    add_arguments(compare, "compare")
 
     export = command("export", "write a run of the warehouse for other tools: a TREC run file, trec_eval -q "
                      "figures, or its case metrics as CSV or Parquet", cmd_export)
@@ -287,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="trec-run: the ranked cards as `qid Q0 docno rank score tag`; trec-eval: per-case "
                              "figures at --k as `trec_eval -q` prints them; csv, parquet: the case_metrics rows")
     export.add_argument("--out", type=Path, help="the file to write (default: stdout; parquet needs one)")
-    export.add_argument("--warehouse", type=Path, default=config.WAREHOUSE)
+    add_arguments(export, "export")
     export.add_argument("--k", type=positive_int,
                         help="trec-eval: the cutoff (default: the run's headline k); csv, parquet: only that "
                              "cutoff's rows (default: every cutoff)")
@@ -297,38 +252,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def gate_options(args: argparse.Namespace, baseline: Path):
-    from .gating import GateOptions, floors_from
+def gate_options(args: argparse.Namespace):
+    """The gate's options of a command's arguments (flows/options.py); None without --baseline."""
+    from .gating import gate_options as gate_options_of
 
-    return GateOptions(
-        baseline=baseline,
-        warehouse=args.warehouse,
-        tolerance=args.tolerance,
-        locale_tolerance=args.locale_tolerance,
-        floors=floors_from(args.min_hit, args.min_recall),
-        allow_missing_cases=args.allow_missing_cases,
-        decision=args.decision,
-        alpha=args.alpha,
-    )
+    return gate_options_of(values_of(args))
 
 
 def job_options(args: argparse.Namespace):
-    from .job import JobOptions
+    """The job's options of `run`'s or `serve`'s arguments (flows/options.py), and the TREC
+    run that `run` may take in place of RUNS."""
+    from .job import job_options as job_options_of
 
-    return JobOptions(
-        runs=args.runs or config.RUNS,
-        kb=args.kb,
-        warehouse=args.warehouse,
-        report_dir=args.report_dir,
-        k=getattr(args, "k", None),
-        ks=args.ks,
-        relevance_level=getattr(args, "relevance_level", 1),
-        allow_rejects=getattr(args, "allow_rejects", False),
-        gate=gate_options(args, args.baseline) if args.baseline else None,
-        trec_run=getattr(args, "trec_run", None),
-        qrels=getattr(args, "qrels", None),
-        run_id=getattr(args, "run_id", None),
-    )
+    return replace(job_options_of(values_of(args)), trec_run=getattr(args, "trec_run", None),
+                   qrels=getattr(args, "qrels", None), run_id=getattr(args, "run_id", None))
 
 
 def colour_wanted() -> bool:
@@ -433,32 +370,45 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
 
 
 def print_run(args: argparse.Namespace, result) -> int:
-    from ..transforms.gate_render import render_gate
-    from ..transforms.report_render import render_json, render_terminal
+    """The run's output in the mode asked for; the gate's verdict is in every mode: the whole gate
+    after the report, under "gate" in --json (the document `gate --format json` prints), one
+    line with --quiet."""
+    from ..transforms.gate import gate_json
+    from ..transforms.gate_render import render_gate, render_gate_verdict
+    from ..transforms.report_render import report_json, render_terminal
 
     colour = colour_wanted()
+    gate = result.gate
     if args.json:
-        sys.stdout.write(render_json(result.report.report))
+        document = report_json(result.report.report)
+        if gate is not None:
+            document["gate"] = gate_json(gate)
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
     elif not args.quiet:
         sys.stdout.write(render_terminal(result.report.report, colour=colour))
-        if result.gate is not None:
-            sys.stdout.write("\n" + render_gate(result.gate, colour=colour))
+        if gate is not None:
+            sys.stdout.write("\n" + render_gate(gate, colour=colour))
     if not args.json:
         sys.stdout.write(("" if args.quiet else "\n") + f"Report written to {result.report.markdown} and {result.report.html}\n")
-    return EXIT_FAILED if result.gate is not None and not result.gate.passed else EXIT_OK
+    if args.quiet and gate is not None:
+        sys.stdout.write(render_gate_verdict(gate))
+    return EXIT_FAILED if gate is not None and not gate.passed else EXIT_OK
 
 
 def cmd_check_kb(args: argparse.Namespace) -> int:
+    from ..transforms.escaping import terminal_text
     from .artifacts import load_run_folders
     from .kb import gold_not_in_kb
 
     offenders = gold_not_in_kb(args.kb, load_run_folders(args.runs))
+    kb = terminal_text(str(args.kb))
     for row in offenders.iter_rows(named=True):
-        print(f"{row['run_id']}/{row['case_id']}: {row['field']} id {row['gold_id']!r} is not a card of {args.kb}")
+        print(terminal_text(f"{row['run_id']}/{row['case_id']}: {row['field']} id {row['gold_id']!r} is not a card of ")
+              + kb)
     if offenders.height:
         print(f"check-kb: {offenders.height} gold id(s) do not resolve", file=sys.stderr)
         return EXIT_FAILED
-    print(f"check-kb: every gold id resolves to a card of {args.kb}")
+    print(f"check-kb: every gold id resolves to a card of {kb}")
     return EXIT_OK
 
 
@@ -470,13 +420,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     )
     from .baseline_file import read_baseline
     from .gating import gate_run
-    from .job import resolved_kb
+    from .job import given_kb
     from .views import read_state
     from .warehouse import Warehouse
 
-    options = gate_options(args, args.baseline)
+    options = gate_options(args)
     baseline = read_baseline(args.baseline)
-    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline, resolved_kb(args.kb))
+    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline, given_kb(args.kb))
     if args.format == "json":
         sys.stdout.write(render_gate_json(result))
     elif args.format == "markdown":
@@ -491,8 +441,9 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
     from .warehouse import Warehouse
 
     snapshot = refresh_baseline(Warehouse(args.warehouse), args.run_id, args.out)
+    # on stderr: with `--out /dev/stdout` the snapshot is the command's output, whole
     print(f"baseline: wrote {args.out} from run {snapshot['run_id']} at k={snapshot['k']} "
-          f"({len(snapshot['cases'])} labelled cases)")
+          f"({len(snapshot['cases'])} labelled cases)", file=sys.stderr)
     return EXIT_OK
 
 
@@ -577,6 +528,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         slices=args.slices, test=args.test, correction=args.correction, alpha=args.alpha,
     )
     sys.stdout.write(RENDERERS[args.format](comparison))
+    for note in comparison.kb_notes:
+        print(f"retrieval-eval: warning: {note}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -598,15 +551,20 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        refuse_paths_not_utf8(args)
         if args.handler not in (cmd_run, cmd_schema):  # `run` imports them beside its first read
             import_engines()
         if args.handler is not cmd_run:  # `run` once its job is imported
             imports_done()
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader that closed the pipe is met here, not at the interpreter's exit
+        return code
     except BaseException as error:
         signal.setitimer(signal.ITIMER_REAL, 0)  # an interrupt still deferred must not land here
         if _received or isinstance(error, KeyboardInterrupt):
             return _interrupted(_received[0] if _received else signal.SIGINT)
+        if stdout_closed(error):
+            return _closed_pipe()
         if isinstance(error, InputError):
             print(f"retrieval-eval: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -615,6 +573,53 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"retrieval-eval: {where}{error.strerror or error}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
+
+
+# Paths that are only written to, never recorded or read back by DuckDB: any bytes will do.
+WRITE_ONLY_PATHS = frozenset({"out", "report_dir"})
+
+
+def refuse_paths_not_utf8(args: argparse.Namespace) -> None:
+    """Exit 2, before any work, for a path given (or the working folder a relative one is in)
+    that is not UTF-8 text: DuckDB reads and writes paths as UTF-8 only, and the warehouse
+    records runs, KBs and baselines by their paths as text."""
+    from .warehouse import utf8_path
+
+    for name, value in vars(args).items():
+        if isinstance(value, Path) and name not in WRITE_ONLY_PATHS:
+            utf8_path(value, {"runs": "RUNS", "warehouse": "warehouse"}.get(name, "--" + name.replace("_", "-")))
+
+
+def _broken_pipe(error: BaseException) -> bool:
+    """EPIPE: Python's BrokenPipeError, or the plain OSError an engine raises for it (Polars'
+    CSV writer says "Broken pipe (os error 32)", Rust's text for EPIPE, with no errno)."""
+    if isinstance(error, BrokenPipeError):
+        return True
+    return isinstance(error, OSError) and (error.errno == errno.EPIPE or str(error).endswith(f"(os error {errno.EPIPE})"))
+
+
+def stdout_closed(error: BaseException) -> bool:
+    """The command's output went to a pipe whose reader has gone (`… | head`): a broken pipe,
+    or an error raised on one, with stdout a pipe or a socket."""
+    chain: BaseException | None = error
+    while chain is not None and not _broken_pipe(chain):
+        chain = chain.__cause__ or chain.__context__
+    if chain is None:
+        return False
+    try:
+        mode = os.fstat(sys.stdout.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def _closed_pipe() -> int:
+    """End quietly, as a command that SIGPIPE ended (SPEC 16): what is still buffered for stdout
+    goes nowhere, rather than failing again at the interpreter's exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 
 def _interrupted(signum: int) -> int:

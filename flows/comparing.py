@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import polars as pl
 
 from .. import sql
-from ..transforms.comparison import compare_runs, tied_groups
+from ..transforms.comparison import compare_runs, pairwise, tied_groups
 from ..transforms.errors import InputError
+from .kb import compared_kb_notes
 from .views import naming_damage, open_reader, read_state
 from .warehouse import Warehouse
 
@@ -24,8 +25,10 @@ class Comparison:
     metrics: list[str]
     slices: list[str]
     comparisons: pl.DataFrame  # transforms/comparison.py COMPARISON_COLUMNS
-    tied_groups: list[list[str]]
+    pairs: pl.DataFrame  # every pair of runs on the first metric, slice all: PAIR_COLUMNS
+    tied_groups: list[list[str]]  # the compact letter display of `pairs`
     runs: pl.DataFrame  # run_id, created_at of the runs compared, oldest first
+    kb_notes: tuple[str, ...] = ()  # the runs' own KBs gone, changed or different (flows/kb.py)
 
 
 def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference: str | None, k: int | None,
@@ -53,10 +56,11 @@ def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference:
     refuse_unpaired(cases, reference, run_ids, metrics[0])
     comparisons = compare_runs(cases, reference, metrics=metrics, slices=slices, test=test, correction=correction,
                                alpha=alpha)
-    groups = tied_groups(cases.filter(pl.col("run_id").is_in(run_ids)), metrics[0], test=test,
-                         correction=correction, alpha=alpha)
-    return Comparison(reference, k, test, correction, alpha, metrics, slices, comparisons, groups,
-                      runs.select("run_id", "created_at"))
+    compared = cases.filter(pl.col("run_id").is_in(run_ids))
+    pairs = pairwise(compared, metrics[0], test=test, correction=correction, alpha=alpha)
+    return Comparison(reference, k, test, correction, alpha, metrics, slices, comparisons, pairs,
+                      tied_groups(compared, metrics[0], pairs), runs.select("run_id", "created_at"),
+                      tuple(compared_kb_notes(runs.to_dicts())))
 
 
 def refuse_unpaired(cases: pl.DataFrame, reference: str, run_ids: list[str], metric: str) -> None:

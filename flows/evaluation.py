@@ -10,7 +10,7 @@ transaction removes.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -18,15 +18,16 @@ import polars as pl
 
 from ..transforms.aggregates import aggregates, merge_partials
 from ..transforms.case_metrics import evaluate_cases
-from ..transforms.errors import Reject
+from ..transforms.errors import RejectTally
 from ..transforms.rankings import retrieved_items
 from ..transforms.run_summary import add_counts, run_summary
 from .engine import write_parquet
 from .ingest import IngestAccount
 from .plan import RunPlan
+from .reject_stream import REJECT_COLUMNS, RejectFiles
 from .warehouse import PartFile, RunCommit, new_part
 
-REJECTS_SCHEMA = {"run_id": pl.String, "source_file": pl.String, "line": pl.Int64, "reason": pl.String, "raw": pl.String}
+REJECTS_SCHEMA = {"run_id": pl.String, **REJECT_COLUMNS}
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Refused:
     """The run had rejected records and --allow-rejects was not given: only its rejects land."""
 
     run_id: str
-    rejects: list[Reject]
+    rejects: RejectTally
     commit: RunCommit
 
 
@@ -78,7 +79,7 @@ class Refused:
 class Loaded:
     run_id: str
     commit: RunCommit
-    rejects: list[Reject] = field(default_factory=list)
+    rejects: RejectTally = RejectTally()
 
 
 Outcome = Reused | Refused | Loaded
@@ -112,17 +113,15 @@ def evaluate_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int
     return BatchParts(attempt, index, parts, evaluated.partials, evaluated.counts)
 
 
-def rejects_frame(run_id: str, rejects: list[Reject]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "run_id": [run_id] * len(rejects),
-            "source_file": [r.source_file for r in rejects],
-            "line": [r.line for r in rejects],
-            "reason": [r.reason for r in rejects],
-            "raw": [r.raw for r in rejects],
-        },
-        schema=REJECTS_SCHEMA,
-    )
+def write_rejects(run_id: str, rejects: RejectFiles, txn: TxnRef) -> list[PartFile]:
+    """The run's `rejects` parts: one per file the ingest streamed its rejects to (read one at
+    a time), or one empty part when there were none, so that a run's table is always there."""
+    frames = rejects.frames() if rejects.files else iter([pl.DataFrame(schema=REJECT_COLUMNS)])
+    return [
+        write_parquet(frame.select(pl.lit(run_id).alias("run_id"), pl.all()).cast(REJECTS_SCHEMA),
+                      txn.new_part("rejects", run_id), txn.root)
+        for frame in frames
+    ]
 
 
 def finish_run(plan: RunPlan, account: IngestAccount, batches: list[BatchParts], txn: TxnRef) -> Outcome:
@@ -132,21 +131,52 @@ def finish_run(plan: RunPlan, account: IngestAccount, batches: list[BatchParts],
     run_id = plan.run_id
     digest = account.facts.digest
     if account.same_bytes:
-        source = plan.source(digest)
-        return Reused(run_id, "same bytes", RunCommit({}, plan.committed.evaluation_key, source))
-    rejects = write_parquet(rejects_frame(run_id, account.rejects), txn.new_part("rejects", run_id), txn.root)
+        return Reused(run_id, "same bytes", RunCommit(runs_row_with_kb(plan, txn), plan.committed.evaluation_key,
+                                                      plan.source(digest)))
+    rejects = write_rejects(run_id, account.rejects, txn)
     if account.refused:
-        return Refused(run_id, account.rejects, RunCommit({"rejects": [rejects]}, None, None))
+        return Refused(run_id, account.rejects.tally, RunCommit({"rejects": rejects}, None, None))
     mine = sorted((b for b in batches if b.attempt == account.attempt), key=lambda b: b.index)
     key = plan.evaluation_key(digest)
+    manifest = plan.folder.manifest
+    if account.tag is not None:  # kept in the run's config, where export finds it (trec_eval's runid)
+        manifest = replace(manifest, config={**manifest.config, "tag": account.tag})
     summary = run_summary(
-        plan.folder.manifest, add_counts([b.counts for b in mine]), len(account.rejects), plan.headline_k, plan.ks,
-        plan.relevance_level, str(plan.cases_file), digest, key,
+        manifest, add_counts([b.counts for b in mine]), account.rejects.count, plan.headline_k, plan.ks,
+        plan.relevance_level, str(plan.cases_file), digest, key, *kb_columns(plan.kb),
     )
     tables = {table: [b.parts[table] for b in mine] for table in ("cases", "retrieved", "case_metrics")}
     tables["aggregates"] = [
         write_parquet(aggregates(merge_partials([b.partials for b in mine])), txn.new_part("aggregates", run_id), txn.root)
     ]
     tables["runs"] = [write_parquet(summary, txn.new_part("runs", run_id), txn.root)]
-    tables["rejects"] = [rejects]
-    return Loaded(run_id, RunCommit(tables, key, plan.source(digest)), account.rejects)
+    tables["rejects"] = rejects
+    return Loaded(run_id, RunCommit(tables, key, plan.source(digest)), account.rejects.tally)
+
+
+def kb_columns(kb: dict | None) -> tuple[str | None, str | None]:
+    """The `runs` row's kb_uri and kb_digest of a KB record (flows/kb.py `kb_record`)."""
+    return (None, None) if kb is None else (kb["uri"], kb["digest"])
+
+
+def runs_row_with_kb(plan: RunPlan, txn: TxnRef) -> dict[str, list[PartFile]]:
+    """A reused run's tables to commit: none when it recorded the job's KB; else its `runs` row
+    written again with the job's (the one row read from its committed part, no case read)."""
+    if not plan.kb_changed:
+        return {}
+    committed = pl.concat([pl.read_parquet(txn.root / part.path) for part in plan.committed.tables["runs"]],
+                          how="diagonal_relaxed")
+    uri, digest = kb_columns(plan.kb)
+    row = committed.with_columns(pl.lit(uri, pl.String).alias("kb_uri"), pl.lit(digest, pl.String).alias("kb_digest"))
+    return {"runs": [write_parquet(row, txn.new_part("runs", plan.run_id), txn.root)]}
+
+
+def reuse_run(plan: RunPlan, txn: TxnRef) -> Reused:
+    """A run whose committed evaluation stands (`plan.reuse`): a job with another KB than the
+    one it recorded commits its `runs` row again with the new KB (SPEC 16), since no figure
+    depends on the KB; its artifacts are not read."""
+    if not plan.kb_changed:
+        return Reused(plan.run_id, plan.reuse)
+    source = {**plan.committed.source, "kb": plan.kb}
+    return Reused(plan.run_id, f"{plan.reuse}, with another KB",
+                  RunCommit(runs_row_with_kb(plan, txn), plan.committed.evaluation_key, source))

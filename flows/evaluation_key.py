@@ -1,37 +1,94 @@
 """What a run's figures depend on, as one key: a committed run whose key matches is not
-evaluated again (SPEC 7: ingest is cached on the artifact's content digest)."""
+evaluated again (SPEC 7: ingest is cached on the artifact's content digest; SPEC 16: a run
+evaluated by older code is not reused)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from functools import cache
-from importlib.resources import files
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
-# The code that computes figures: the SQL models and the metric steps (trec.py: how a TREC
-# run is read and ranked). Editing anything else (the report, the CLI, the orchestration)
-# leaves every committed run valid.
-FIGURE_STEPS = ("metrics.py", "records.py", "staging.py", "rankings.py", "case_metrics.py", "aggregates.py",
-                "run_summary.py", "trec.py")
+# The package's own folder (the repository root in an editable install, site-packages/
+# retrieval_eval in a wheel): its code folders hold every file the key covers.
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent
+CODE_FOLDERS = ("flows", "transforms", "sql")
+# Python, the strict parser's C source and its compiled module (a wheel ships only the
+# latter), and the SQL models.
+CODE_SUFFIXES = (".py", ".c", ".sql", *EXTENSION_SUFFIXES)
+
+# Every code file is covered except these, which only read committed runs, print them or
+# carry options whose values the key holds; a file added to the package is covered until it
+# is listed here. tests/test_evaluation_key_covers_code.py checks that nothing the ingest or
+# the evaluation imports or loads is listed.
+NOT_EVALUATION = {
+    "flows/cli.py": "turns arguments into options; the key holds the options' values",
+    "flows/entry.py": "the console entry point of flows/cli.py",
+    "flows/nightly.py": "the deployment's entry point: starts the job",
+    "flows/prefect_flows.py": "runs the job's steps as Prefect tasks; the steps are covered",
+    "flows/prefect_settings.py": "Prefect's server and logging settings",
+    "flows/progress.py": "progress messages on stderr",
+    "flows/reports.py": "writes the report from committed runs",
+    "flows/gating.py": "the gate over committed runs",
+    "flows/baseline_file.py": "reads and writes the gate's baseline snapshot",
+    "flows/comparing.py": "compares committed runs",
+    "flows/export.py": "writes a committed run for other tools",
+    "flows/query.py": "read statements over the warehouse views",
+    "transforms/report.py": "the report model, from committed runs",
+    "transforms/report_render.py": "renders the report",
+    "transforms/charts.py": "the report's charts",
+    "transforms/charts_of_report.py": "the report's charts",
+    "transforms/case_explorer.py": "the report's case explorer",
+    "transforms/tables.py": "lays out printed tables",
+    "transforms/flips.py": "flips between two committed runs, for the report and the gate",
+    "transforms/gate.py": "the gate's decision over committed runs",
+    "transforms/gate_render.py": "renders the gate",
+    "transforms/baseline.py": "the baseline snapshot of a committed run",
+    "transforms/comparison.py": "paired comparison of committed runs",
+    "transforms/compare_render.py": "renders a comparison",
+    "transforms/paired_stats.py": "paired tests for the gate, the report and compare",
+    "transforms/letter_display.py": "compare's tied groups of committed runs",
+    "transforms/escaping.py": "escapes values for where they are printed",
+    "sql/report_runs.sql": "the report's read of the runs view",
+    "sql/report_aggregates.sql": "the report's read of the aggregates view",
+    "sql/report_cases.sql": "the report's read of the cases view",
+    "sql/export_case_metrics.sql": "export's read of a committed run",
+    "sql/export_ranked_cards.sql": "export's read of a committed run",
+    "sql/export_unwritable_ids.sql": "export's check of a committed run's ids",
+}
+
+
+def code_files(root: Path) -> list[str]:
+    """The covered files under `root` (a package folder), as sorted paths relative to it."""
+    found = []
+    for folder in CODE_FOLDERS:
+        for path in (root / folder).rglob("*"):
+            name = path.relative_to(root).as_posix()
+            if path.name.endswith(CODE_SUFFIXES) and "__pycache__" not in path.parts and name not in NOT_EVALUATION:
+                found.append(name)
+    return sorted(found)
+
+
+def code_digest(root: Path) -> str:
+    """A short hash of the covered files' names and bytes under `root`."""
+    digest = hashlib.sha256()
+    for name in code_files(root):
+        data = (root / name).read_bytes()
+        digest.update(json.dumps([name, len(data)]).encode())
+        digest.update(data)
+    return digest.hexdigest()[:12]
 
 
 @cache
 def code_fingerprint() -> str:
-    """A short hash of the figure code as installed (computed once per process)."""
-    digest = hashlib.sha256()
-    sql = files("retrieval_eval.sql")
-    transforms = files("retrieval_eval.transforms")
-    sources = [("sql/" + item.name, item) for item in sorted(sql.iterdir(), key=lambda i: i.name) if item.name.endswith(".sql")]
-    sources += [("transforms/" + name, transforms / name) for name in FIGURE_STEPS]
-    for name, item in sources:
-        digest.update(name.encode())
-        digest.update(item.read_bytes())
-    return digest.hexdigest()[:12]
+    """The covered code as installed, hashed once per process."""
+    return code_digest(PACKAGE_ROOT)
 
 
 def evaluation_key(manifest_digest: str, cases_digest: str, *, headline_k: int, ks: list[int],
                    allow_rejects: bool, relevance_level: int) -> str:
     """The run's bytes (manifest and cases file), its cutoffs, reject mode, relevance level
-    and the figure code."""
+    and the code that reads, judges and computes it."""
     inputs = [manifest_digest, cases_digest, headline_k, ks, allow_rejects, relevance_level, code_fingerprint()]
     return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()[:20]

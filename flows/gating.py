@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -13,7 +15,8 @@ from ..transforms.errors import InputError
 from ..transforms.gate import GateResult, compare
 from . import config
 from .baseline_file import Baseline, write_baseline
-from .kb import KnowledgeBase, unknown_gold
+from .kb import KnowledgeBase, run_kb, unknown_gold
+from .options import OPTIONS
 from .views import naming_damage, open_reader, read_state
 from .warehouse import State, Warehouse
 
@@ -36,6 +39,24 @@ def floors_from(min_hit: float | None, min_recall: float | None) -> dict[str, fl
     """The absolute floors that were given: each is off unless set."""
     given = (("hit_at_k", min_hit), ("recall_at_k", min_recall))
     return {metric: value for metric, value in given if value is not None}
+
+
+def gate_options(values: Mapping[str, Any]) -> GateOptions | None:
+    """The gate's options from values by name (a name not given takes its default); no gate
+    without a baseline."""
+    given = {**{option.name: option.default for option in OPTIONS}, **values}
+    if given["baseline"] is None:
+        return None
+    return GateOptions(
+        baseline=Path(given["baseline"]),
+        warehouse=Path(given["warehouse"]),
+        tolerance=given["tolerance"],
+        locale_tolerance=given["locale_tolerance"],
+        floors=floors_from(given["min_hit"], given["min_recall"]),
+        allow_missing_cases=given["allow_missing_cases"],
+        decision=given["decision"],
+        alpha=given["alpha"],
+    )
 
 
 @dataclass(frozen=True)
@@ -92,15 +113,17 @@ def refuse_ungateable(baseline: Baseline, run_id: str, ks: list[int], run_level:
 
 def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline,
              kb: KnowledgeBase | None = None) -> GateResult:
-    """Run `run_id` against `baseline` (read from options.baseline by read_baseline); with a
-    `kb`, the flips whose gold is not a card are told apart."""
+    """Run `run_id` against `baseline` (read from options.baseline by read_baseline). The flips
+    whose gold is not a card are told apart by the run's own KB, or by `kb` when it was given
+    with --kb (flows/kb.py `run_kb`); a note names a KB given, or says why the run's own is not used."""
     warehouse = Warehouse(options.warehouse)
     snapshot = baseline.snapshot
     current = read_run(warehouse, state, run_id, snapshot["k"])
     refuse_ungateable(baseline, run_id, current.run["ks"], current.run.get("relevance_level"))
     recomputed = None
     baseline_run = snapshot["run_id"]
-    warnings = []
+    judged = run_kb(run_id, current.run, state.runs[run_id].source, kb)
+    warnings = [judged.note] if judged.note else []
     if baseline_run in state.runs and "runs" in state.runs[baseline_run].tables:
         recomputed = read_run(warehouse, state, baseline_run, snapshot["k"]).case_metrics
     else:
@@ -120,6 +143,6 @@ def gate_run(state: State, run_id: str, options: GateOptions, baseline: Baseline
         alpha=options.alpha,
         recomputed_baseline=recomputed,
         allow_missing_cases=options.allow_missing_cases,
-        unknown_gold=unknown_gold(kb, [baseline_cases, current.case_metrics]),
+        unknown_gold=unknown_gold(judged.kb, [baseline_cases, current.case_metrics]),
         notes=warnings,
     )

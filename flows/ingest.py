@@ -11,10 +11,10 @@ which attempt made it, so a caller that evaluated batches of the first attempt d
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import polars as pl
 
@@ -23,6 +23,7 @@ from ..transforms.errors import InputError, Reject
 from ..transforms.records import MAX_RECORD_BYTES, judge_line
 from ..transforms.staging import stage
 from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, open_text_lines
+from .reject_stream import RejectFiles, RejectStream
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (25k cases × 20 items; a batch's frames stay within a few hundred MB).
@@ -47,9 +48,18 @@ class IngestAccount:
     facts: FileFacts
     attempt: int  # the attempt whose batches are the run's
     n_records: int  # records staged (the valid ones)
-    rejects: list[Reject] = field(default_factory=list)
+    rejects: RejectFiles = RejectFiles()
     refused: bool = False  # rejects in strict mode: nothing of the run is loaded
     same_bytes: bool = False  # the bytes are those already committed: the read was stopped
+    tag: str | None = None  # the run's name for itself where its format has one (a TREC run's tag)
+
+
+class RejectSink(Protocol):
+    """Where rejects go as they are found: a list, or a RejectStream (which writes them out)."""
+
+    def append(self, reject: Reject) -> None: ...
+    def extend(self, rejects: Iterable[Reject]) -> None: ...
+    def __len__(self) -> int: ...
 
 
 @dataclass
@@ -60,7 +70,7 @@ class LineAccount:
     blank: int = 0
     valid: int = 0
     longest_valid: int = 0  # bytes of the longest valid line
-    rejects: list[Reject] = field(default_factory=list)
+    rejects: RejectSink = field(default_factory=list)
 
 
 def _lines(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
@@ -75,10 +85,10 @@ def _lines(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
             yield line, False
 
 
-def split_records(path: Path, display_name: str, clean_out: IO[bytes]) -> LineAccount:
+def split_records(path: Path, display_name: str, clean_out: IO[bytes], rejects: RejectSink | None = None) -> LineAccount:
     """Judge every line of `path`; write the valid records, as Arrow's reader takes them, to
-    `clean_out`."""
-    account = LineAccount()
+    `clean_out`, and the rejects to `rejects` (a new list when None)."""
+    account = LineAccount(rejects=[] if rejects is None else rejects)
     first_line_of: dict[str, int] = {}
     with open_text_lines(path) as stream:
         for number, (line, overlong) in enumerate(_lines(stream), start=1):
@@ -171,12 +181,14 @@ class Ingest:
 
     def _line_by_line(self, facts: FileFacts) -> Iterator[StagedBatch]:
         clean = self.scratch / "clean.jsonl"
+        stream = RejectStream(self.scratch)
         with open(clean, "wb") as clean_out:
-            lines = split_records(self.cases_file, str(self.cases_file), clean_out)
-        if lines.valid + len(lines.rejects) == 0:
+            lines = split_records(self.cases_file, str(self.cases_file), clean_out, stream)
+        rejects = stream.finish()
+        if lines.valid + rejects.count == 0:
             raise InputError(f"{self.cases_file}: holds no records")
-        if lines.rejects and not self.allow_rejects:
-            self.account = IngestAccount(facts, LINE_BY_LINE, 0, lines.rejects, refused=True)
+        if rejects.count and not self.allow_rejects:
+            self.account = IngestAccount(facts, LINE_BY_LINE, 0, rejects, refused=True)
             clean.unlink()
             return
         n_records = 0
@@ -189,5 +201,5 @@ class Ingest:
         if n_records != lines.valid:
             raise RuntimeError(f"{self.cases_file}: records that passed the rules failed the fast path's checks")
         clean.unlink()
-        self.account = IngestAccount(facts, LINE_BY_LINE, n_records, lines.rejects)
+        self.account = IngestAccount(facts, LINE_BY_LINE, n_records, rejects)
 

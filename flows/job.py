@@ -12,12 +12,12 @@ means, which run is gated — is this file's, for both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..transforms.errors import InputError, RejectedRecords
+from ..transforms.errors import InputError, RejectedRecords, RejectTally, rejects_query
 from . import config
 from .artifacts import RunFolder, load_run_folders
 from .baseline_file import Baseline, read_baseline
@@ -28,14 +28,15 @@ from .evaluation import (
     BatchParts,
     Outcome,
     Refused,
-    Reused,
     TxnRef,
     evaluate_batch,
     finish_run,
+    reuse_run,
 )
-from .gating import GateOptions, GateOutcome, gate_run, refuse_ungateable
+from .gating import GateOptions, GateOutcome, gate_options, gate_run, refuse_ungateable
 from .ingest import BATCH_ITEMS, Ingest, StagedBatch
-from .kb import KnowledgeBase, read_kb
+from .kb import KnowledgeBase, kb_record, read_kb
+from .options import BY_NAME, OPTIONS
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 from .reports import ReportOptions, WrittenReport, write_report
@@ -61,6 +62,55 @@ class JobOptions:
     trec_run: Path | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12)
     qrels: Path | None = None
     run_id: str | None = None  # the TREC run's id (default: the run file's name)
+
+
+def _path(value: Any) -> Path | None:
+    return None if value is None else Path(value)
+
+
+def job_options(values: Mapping[str, Any]) -> JobOptions:
+    """The job's options from values by name: a command's arguments or a flow run's
+    parameters (a name not given, or a runs root given as None, takes its default)."""
+    given = {**{option.name: option.default for option in OPTIONS}, **values}
+    return JobOptions(
+        runs=Path(given["runs"] if given["runs"] is not None else BY_NAME["runs"].default),
+        kb=_path(given["kb"]),
+        warehouse=Path(given["warehouse"]),
+        report_dir=Path(given["report_dir"]),
+        k=given["k"],
+        ks=tuple(given["ks"] or ()),
+        relevance_level=given["relevance_level"],
+        allow_rejects=given["allow_rejects"],
+        batch_items=given["batch_items"],
+        charts=given["charts"],
+        gate=gate_options(given),
+    )
+
+
+def flow_parameters(options: JobOptions) -> dict[str, Any]:
+    """The flow's parameters of `options`, one per option (JSON values: paths as strings, ks as
+    a list); `job_options` of them gives `options` again."""
+    gate = options.gate or GateOptions(baseline=None, warehouse=options.warehouse)  # type: ignore[arg-type]
+    return {
+        "runs": str(options.runs),
+        "kb": None if options.kb is None else str(options.kb),
+        "warehouse": str(options.warehouse),
+        "report_dir": str(options.report_dir),
+        "k": options.k,
+        "ks": list(options.ks) or None,
+        "relevance_level": options.relevance_level,
+        "allow_rejects": options.allow_rejects,
+        "baseline": None if gate.baseline is None else str(gate.baseline),
+        "tolerance": gate.tolerance,
+        "locale_tolerance": gate.locale_tolerance,
+        "min_hit": gate.floors.get("hit_at_k"),
+        "min_recall": gate.floors.get("recall_at_k"),
+        "allow_missing_cases": gate.allow_missing_cases,
+        "decision": gate.decision,
+        "alpha": gate.alpha,
+        "charts": options.charts,
+        "batch_items": options.batch_items,
+    }
 
 
 @dataclass(frozen=True)
@@ -102,7 +152,13 @@ def resolve_kb(kb: Path | None) -> Path | None:
 def resolved_kb(kb: Path | None) -> KnowledgeBase | None:
     """The KB `resolve_kb` names, read and judged card by card (None when there is none)."""
     path = resolve_kb(kb)
-    return None if path is None else read_kb(path)
+    return None if path is None else read_kb(path, given=kb is not None)
+
+
+def given_kb(kb: Path | None) -> KnowledgeBase | None:
+    """The KB given with --kb to a command that reads runs (`gate`), read and judged; None when
+    none was given: each run is then judged against its own (flows/kb.py `run_kb`)."""
+    return None if kb is None else resolved_kb(kb)
 
 
 def checked_kb(options: JobOptions) -> KnowledgeBase | None:
@@ -138,12 +194,14 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     with warehouse.transaction() as txn:
         gated = newest_run_id(folders)
         plans = plan_runs(folders, txn.state, warehouse, newest=gated, k=options.k, ks=options.ks,
-                          relevance_level=options.relevance_level, allow_rejects=options.allow_rejects)
+                          relevance_level=options.relevance_level, allow_rejects=options.allow_rejects,
+                          kb=kb_record(kb))
         newest = next(plan for plan in plans if plan.run_id == gated)
         if baseline is not None:  # before any work: the newest run must be gateable against it
             refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)
         todo = [plan for plan in plans if plan.reuse is None]
-        writes = frozenset(plan.run_id for plan in todo)  # the only runs whose folders get parts
+        # the only runs whose folders get parts: those evaluated, and those whose KB changed
+        writes = frozenset(plan.run_id for plan in plans if plan.reuse is None or plan.kb_changed)
         txn.plan(writes)
         ref = TxnRef(warehouse.root, txn.id, writes)
         ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
@@ -161,7 +219,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
                         batches.close()
                 progress.end_run()
             outcomes = [
-                Reused(plan.run_id, plan.reuse) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
+                reuse_run(plan, ref) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
                 for plan in plans
             ]
         except BaseException:
@@ -177,7 +235,10 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         refresh_catalog(warehouse, state)
     refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
     if refused:
-        raise RejectedRecords(", ".join(o.run_id for o in refused), [r for o in refused for r in o.rejects])
+        run_ids = [o.run_id for o in refused]
+        warehouse_option = None if options.warehouse == config.WAREHOUSE else str(options.warehouse)
+        raise RejectedRecords(", ".join(run_ids), sum((o.rejects for o in refused), RejectTally()),
+                              where_all=rejects_query(run_ids, warehouse_option))
     try:
         report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
     except OSError as error:  # a full disk, a read-only folder: said with what stands

@@ -28,6 +28,7 @@ class RunPlan:
     committed: RunState | None
     damage: str | None  # what is wrong with the committed parts, if anything
     reuse: str | None  # why the committed run stands as it is; None: evaluate it
+    kb: dict | None = None  # the KB the job judges it against (flows/kb.py `kb_record`); None: none
 
     @property
     def run_id(self) -> str:
@@ -49,6 +50,12 @@ class RunPlan:
             return None
         return self.committed.source["cases_digest"]
 
+    @property
+    def kb_changed(self) -> bool:
+        """Whether the committed run recorded another KB than this job's: its evaluation can
+        stand (no figure depends on the KB), its `runs` row is written again with this one."""
+        return self.committed is not None and bool(self.committed.source) and self.committed.source.get("kb") != self.kb
+
     def evaluation_key(self, cases_digest: str) -> str:
         return evaluation_key(self.manifest_digest, cases_digest, headline_k=self.headline_k, ks=self.ks,
                               allow_rejects=self.allow_rejects, relevance_level=self.relevance_level)
@@ -56,7 +63,7 @@ class RunPlan:
     def source(self, cases_digest: str) -> dict:
         """What the log records of the artifacts an evaluation read."""
         return {"cases_file": str(self.cases_file), "stamp": self.stamp, "cases_digest": cases_digest,
-                "manifest_digest": self.manifest_digest}
+                "manifest_digest": self.manifest_digest, "kb": self.kb}
 
 
 def stamp(folder: RunFolder) -> list:
@@ -81,7 +88,7 @@ def damaged_part(warehouse: Warehouse, run: RunState, every_byte: bool) -> str |
 
 
 def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | None, ks: tuple[int, ...],
-             relevance_level: int, allow_rejects: bool, every_byte: bool = False) -> RunPlan:
+             relevance_level: int, allow_rejects: bool, kb: dict | None = None, every_byte: bool = False) -> RunPlan:
     headline_k = k or folder.manifest.retrieval_top_k
     committed = state.runs.get(folder.run_id)
     damage = damaged_part(warehouse, committed, every_byte) if committed else None
@@ -89,7 +96,7 @@ def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | 
         print(f"retrieval-eval: run {folder.run_id}: {damage}; evaluating it again from its artifacts",
               file=sys.stderr)
     plan = RunPlan(folder, headline_k, cutoffs(headline_k, ks), relevance_level, allow_rejects, stamp(folder),
-                   manifest_digest(folder), committed, damage, None)
+                   manifest_digest(folder), committed, damage, None, kb)
     if plan.committed_digest is None or committed.source.get("stamp") != plan.stamp:
         return plan
     return RunPlan(**{**plan.__dict__, "reuse": "unchanged"})

@@ -32,17 +32,18 @@ from prefect.futures import PrefectFuture, wait
 from prefect.schedules import Cron
 from prefect.states import Completed, Failed
 
-from ..transforms.gate_render import gate_table, render_gate_markdown
+from ..transforms.gate_render import gate_table, render_gate_markdown, render_gate_verdict
 from ..transforms.metrics import NAMES
 from ..transforms.report_render import render_markdown
 from . import config
 from .baseline_file import Baseline, read_baseline
 from .engine import THREADS_ENV, write_parquet
 from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
-from .gating import GateOptions, GateOutcome, floors_from, gate_run
+from .gating import GateOptions, GateOutcome, gate_run
 from .ingest import PARTITION_ITEMS, Ingest, IngestAccount
-from .job import JobOptions, checked_kb, run_job
+from .job import JobOptions, checked_kb, flow_parameters, job_options, run_job
 from .kb import KnowledgeBase
+from .options import flow_docstring, flow_signature
 from .plan import RunPlan
 from .prefect_settings import (
     CRASH_AFTER_S,
@@ -55,6 +56,8 @@ from .prefect_settings import (
     crash_stale_runs,
     ensure_crash_automation,
     plain_run_logs,
+    say,
+    where_runs_are,
 )
 from .reports import ReportOptions, WrittenReport, write_report
 from .warehouse import State, scratch_dir
@@ -192,84 +195,45 @@ class PrefectSteps:
             header = [name or "status" for name in table.header]
             create_table_artifact(
                 table=[dict(zip(header, row, strict=True)) for row in table.rows], key=GATE_ARTIFACT,
-                description=(f"Gate of {gate.run_id} against baseline {gate.baseline_run_id} at k={gate.k}: "
-                             + ("PASS" if gate.passed else "FAIL — " + "; ".join(gate.failures))),
+                description=render_gate_verdict(gate).strip(),
             )
             create_markdown_artifact(markdown=render_gate_markdown(gate), key=GATE_ARTIFACT + "-summary",
                                      description="The gate, for a CI job summary or a pull-request comment")
 
 
-@flow(name=FLOW_NAME)
-def evaluate_flow(
-    runs: str = str(config.RUNS),
-    kb: str | None = None,
-    warehouse: str = str(config.WAREHOUSE),
-    report_dir: str = str(config.REPORT_DIR),
-    k: int | None = None,
-    ks: list[int] | None = None,
-    relevance_level: int = 1,
-    allow_rejects: bool = False,
-    baseline: str | None = None,
-    tolerance: float = config.TOLERANCE,
-    locale_tolerance: float = config.LOCALE_TOLERANCE,
-    min_hit: float | None = None,
-    min_recall: float | None = None,
-    allow_missing_cases: bool = False,
-    charts: bool = True,
-    batch_items: int | None = None,
-):
+def evaluate_flow(**parameters: Any):
     """Evaluate every run under `runs`, commit them together, write the report, gate the newest.
     Paths are made absolute here, before any task leaves for a worker."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
 
+    from prefect.runtime import flow_run
+
     plain_run_logs()
+    say(f"flow run {flow_run.name} ({flow_run.id})")
     if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value():  # a served or deployed run: its death must be seen
         ensure_crash_automation(update=False)
-    root = Path(warehouse).absolute()
-    options = JobOptions(
-        runs=Path(runs).absolute(),
-        kb=Path(kb).absolute() if kb else None,
-        warehouse=root,
-        report_dir=Path(report_dir).absolute(),
-        k=k,
-        ks=tuple(ks or ()),
-        relevance_level=relevance_level,
-        allow_rejects=allow_rejects,
-        batch_items=batch_items,
-        charts=charts,
-        gate=None if baseline is None else GateOptions(
-            baseline=Path(baseline).absolute(), warehouse=root, tolerance=tolerance, locale_tolerance=locale_tolerance,
-            floors=floors_from(min_hit, min_recall), allow_missing_cases=allow_missing_cases,
-        ),
-    )
-    result = run_job(options, PrefectSteps(batch_items))
+    options = with_absolute_paths(job_options(parameters))
+    result = run_job(options, PrefectSteps(options.batch_items))
     if result.gate is not None and not result.gate.passed:
         message = "gate failed: " + "; ".join(result.gate.failures)
         return Failed(message=message, data=GateFailed(message, result))
     return Completed(data=result)
 
 
-def flow_parameters(options: JobOptions) -> dict[str, Any]:
-    """The flow's parameters for `options` (JSON-friendly: paths as strings, ks as a list)."""
-    gate = options.gate
-    return {
-        "runs": str(options.runs),
-        "kb": str(options.kb) if options.kb else None,
-        "warehouse": str(options.warehouse),
-        "report_dir": str(options.report_dir),
-        "k": options.k,
-        "ks": list(options.ks) or None,
-        "relevance_level": options.relevance_level,
-        "allow_rejects": options.allow_rejects,
-        "baseline": None if gate is None else str(gate.baseline),
-        "tolerance": config.TOLERANCE if gate is None else gate.tolerance,
-        "locale_tolerance": config.LOCALE_TOLERANCE if gate is None else gate.locale_tolerance,
-        "min_hit": None if gate is None else gate.floors.get("hit_at_k"),
-        "min_recall": None if gate is None else gate.floors.get("recall_at_k"),
-        "allow_missing_cases": False if gate is None else gate.allow_missing_cases,
-        "charts": options.charts,
-        "batch_items": options.batch_items,
-    }
+# The flow's parameters are the options of flows/options.py, one keyword each, typed and with
+# its default: Prefect reads them from this signature (the deployment's schema, validation).
+# The flow keeps the function's name: a served deployment loads it by module path and name.
+evaluate_flow.__signature__ = flow_signature()  # type: ignore[attr-defined]
+evaluate_flow.__doc__ = flow_docstring(evaluate_flow.__doc__ or "")
+evaluate_flow = flow(name=FLOW_NAME)(evaluate_flow)
+
+
+def with_absolute_paths(options: JobOptions) -> JobOptions:
+    """`options` with every path absolute (a Dask worker's working directory is not ours)."""
+    absolute = {name: getattr(options, name).absolute() for name in ("runs", "warehouse", "report_dir")}
+    gate = options.gate and replace(options.gate, baseline=options.gate.baseline.absolute(),
+                                    warehouse=absolute["warehouse"])
+    return replace(options, **absolute, kb=options.kb and options.kb.absolute(), gate=gate)
 
 
 def make_task_runner(task_runner: str = "thread", dask_address: str | None = None, api_url: str | None = None):
@@ -361,8 +325,10 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     raised as they are, as in the in-process mode. Losing the API mid-run raises LostApi
     within seconds (one retry per request, a bounded events client)."""
     import httpx
+    from prefect.settings import PREFECT_API_URL
 
     refuse_bad_inputs(options)
+    given_api = PREFECT_API_URL.value()
     with configured(), api_for_run(dask_address=dask_address) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
         try:
@@ -373,6 +339,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
                 raise
             raise LostApi(f"lost the Prefect API at {api_url or 'the temporary server'} mid-run "
                           f"({type(error).__name__}: {error})") from None
+    say(where_runs_are(given_api, state.state_details.flow_run_id))
     if return_state:
         return state
     result = state.result(raise_on_failure=False)
@@ -381,6 +348,20 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     if isinstance(result, BaseException):
         raise result
     return result
+
+
+def nightly_deployment(cron: str, options: JobOptions, task_runner=None, timezone: str = "UTC"):
+    """The `nightly` deployment `serve` serves: the flow on `cron`, with the flow parameters of
+    `options` (every option of flows/options.py), one run at a time."""
+    flow_to_serve = evaluate_flow if task_runner is None else evaluate_flow.with_options(task_runner=task_runner)
+    return flow_to_serve.to_deployment(
+        name=DEPLOYMENT_NAME,
+        schedules=[Cron(cron, timezone=timezone)],
+        parameters=flow_parameters(with_absolute_paths(options)),
+        concurrency_limit=1,
+        # Each run loads the flow in a process of its own: by module, as the package is installed.
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
 
 
 def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, task_runner: str = "thread",
@@ -399,14 +380,7 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
     os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
     with configured(served=True), api_for_run(dask_address=dask_address, services=True) as api_url:
         runner = make_task_runner(task_runner, dask_address, api_url)
-        deployment = evaluate_flow.with_options(task_runner=runner).to_deployment(
-            name=DEPLOYMENT_NAME,
-            schedules=[Cron(cron, timezone=timezone)],
-            parameters=flow_parameters(replace(options, runs=Path(options.runs).absolute())),
-            concurrency_limit=1,
-            # Each run loads the flow in a process of its own: by module, as the package is installed.
-            entrypoint_type=EntrypointType.MODULE_PATH,
-        )
+        deployment = nightly_deployment(cron, options, runner, timezone)
         crash_stale_runs(deployment.apply())
         ensure_crash_automation(crash_after_s)
         print(f"serving the nightly deployment ({cron}) on the Prefect API at {api_url}; Ctrl-C to stop",

@@ -175,6 +175,7 @@ def api_for_run(*, dask_address: str | None = None, services: bool = False) -> I
         PREFECT_API_URL,
         PREFECT_SERVER_EPHEMERAL_ENABLED,
         PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+        PREFECT_UI_URL,
         temporary_settings,
     )
 
@@ -193,19 +194,47 @@ def api_for_run(*, dask_address: str | None = None, services: bool = False) -> I
         return
     if services:
         server: Any = ServerWithServices()
+        say("starting a Prefect server for serving (`prefect server start`, without its UI; 10-30 s)")
     else:
         from prefect.server.api.server import SubprocessASGIServer
 
         server = SubprocessASGIServer()
+        say("starting a temporary Prefect server for this run (10-30 s)")
+    # Our server has no UI: Prefect would print links to flow runs there that do not resolve.
+    ui_url = os.environ.get("PREFECT_UI_URL")
+    os.environ["PREFECT_UI_URL"] = ""  # the served runs' processes inherit it
     try:
         server.start(timeout=PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url, PREFECT_UI_URL: ""}):
             try:
                 yield server.api_url
             finally:  # the run's last logs and events are sent before their server goes
                 drain_services()
     finally:
         server.stop()
+        if ui_url is None:
+            del os.environ["PREFECT_UI_URL"]
+        else:
+            os.environ["PREFECT_UI_URL"] = ui_url
+
+
+def say(line: str) -> None:
+    """One line of ours on stderr, whatever Prefect's log level."""
+    print(f"retrieval-eval: {line}", file=sys.stderr, flush=True)
+
+
+def where_runs_are(api_url: str | None, flow_run_id: Any) -> str:
+    """How to look at a tracked flow run after the command: on the API it ran against, or, after
+    a temporary server, in the database of PREFECT_HOME, which Prefect's CLI reads with no
+    server running (it starts its own for the command)."""
+    if api_url:
+        return f"flow run {flow_run_id} is tracked on the Prefect API at {api_url}: " \
+               f"`PREFECT_API_URL={api_url} prefect flow-run inspect {flow_run_id}`"
+    from prefect.settings import PREFECT_HOME
+
+    home = PREFECT_HOME.value()
+    return (f"flow run {flow_run_id} is tracked in PREFECT_HOME={home}: `PREFECT_HOME={home} prefect flow-run inspect "
+            f"{flow_run_id}` shows it, `prefect flow-run ls` lists every run, `prefect server start` serves them in a UI")
 
 
 def free_port() -> int:

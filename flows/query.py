@@ -17,6 +17,7 @@ from typing import TextIO
 import duckdb
 
 from ..transforms.errors import InputError
+from ..transforms.escaping import terminal_text
 from ..transforms.tables import Table, layout_text
 from .views import add_views, as_damage, read_state
 from .warehouse import State, Warehouse
@@ -100,7 +101,8 @@ def _rows(cursor: duckdb.DuckDBPyConnection) -> Iterator[list[tuple]]:
 
 
 def _cell(value) -> str:
-    return "" if value is None else str(value)
+    """A value as a table cell: control characters shown as escapes, on every row."""
+    return "" if value is None else terminal_text(str(value))
 
 
 def run_query(warehouse: Warehouse, text: str, output_format: str, out: TextIO = sys.stdout) -> int:
@@ -186,7 +188,7 @@ def _write_table(columns: list[str], batches: Iterator[list[tuple]], out: TextIO
 def _flush_head(columns: list[str], head: list[list[str]], out: TextIO) -> list[int]:
     table = Table(columns, head, len(columns))
     out.write(layout_text(table) + "\n")
-    widths = [len(h) for h in columns]
+    widths = [len(terminal_text(h)) for h in columns]
     for row in head:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
     return widths

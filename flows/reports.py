@@ -24,6 +24,7 @@ from ..transforms.report import (
     diagnostics,
     explorer_data,
     kb_warnings,
+    report_notes,
     run_report,
     run_warnings,
     runs_table,
@@ -31,9 +32,9 @@ from ..transforms.report import (
 from ..transforms.report_render import render_html, render_markdown
 from .baseline_file import Baseline
 from .engine import connect, ordered_map, written_aside
-from .kb import KnowledgeBase, kb_titles, load_kb, unknown_gold, unknown_gold_counts
+from .kb import KnowledgeBase, RunKb, kb_titles, load_kb, run_kb, unknown_gold, unknown_gold_counts
 from .summary import summary_files
-from .views import add_views, naming_damage
+from .views import add_views, naming_damage, with_later_columns
 from .warehouse import State, Warehouse
 
 DETAILED_RUNS = 2  # the newest run and the one before it
@@ -43,7 +44,9 @@ DETAILED_RUNS = 2  # the newest run and the one before it
 class ReportOptions:
     warehouse: Path
     report_dir: Path
-    kb: KnowledgeBase | None = None  # read and judged once by the job (flows/kb.py)
+    # The job's KB, read and judged once (flows/kb.py): it stands for the newest run's own when
+    # it is that file with those bytes, and wins over it when given with --kb.
+    kb: KnowledgeBase | None = None
     charts: bool = True
     baseline: Baseline | None = None  # read once by the job (flows/baseline_file.py)
 
@@ -70,15 +73,14 @@ def explorer_assets() -> tuple[str, str]:
 
 def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: KnowledgeBase | None,
                 baseline: Baseline | None) -> Report:
-    """The report model of every run in `state`."""
-    if kb is not None:
-        load_kb(con, kb)
+    """The report model of every run in `state`; flips and gold are judged against the newest
+    run's own KB (`report_kb`)."""
     summary = summary_files(warehouse, state)
     if summary is None:
         add_views(con, warehouse, state, tables=("runs", "aggregates"))
     else:
         for table, path in summary.items():
-            con.read_parquet(str(path)).create_view(table)
+            with_later_columns(con.read_parquet(str(path)), table, mixed=False).create_view(table)
     with naming_damage(warehouse, state):
         runs = con.sql(sql.load("report_runs")).pl()
         aggregates = con.sql(sql.load("report_aggregates")).pl()
@@ -86,15 +88,21 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
     # Both runs are read at the newest's headline k: what changed and the explorer compare them there.
     k = rows[detailed[-1]]["headline_k"] if detailed else 0
+    judged = report_kb(state, rows, detailed, kb)
+    kb = judged.kb
+    if kb is not None:
+        load_kb(con, kb)
     add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics"))
     with naming_damage(warehouse, state):
         con.register("computed_case_metrics", computed_case_metrics(con, [r for r in detailed if k not in rows[r]["ks"]], k))
         cases = con.sql(sql.load("report_cases"), params={"ids": detailed, "k": k}).pl()
         unknown = unknown_gold_counts(con, detailed) if kb else None
     titles = kb_titles(kb) if kb else None
+    kb_note = [judged.note] if judged.note and not judged.own else []
     reports = [
         run_report(rows[run_id], aggregates,
-                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id)) + kb_warnings(run_id, unknown, str(kb.path) if kb else ""))
+                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id))
+                   + kb_warnings(run_id, unknown, kb.uri if kb else "") + (kb_note if run_id == detailed[-1] else []))
         for run_id in detailed
     ]
     newest, previous = (reports[-1] if reports else None), (reports[-2] if len(reports) > 1 else None)
@@ -119,7 +127,17 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
                              titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)
     return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
-                  explorer=explorer, uncompared=notes if change is None else ())
+                  explorer=explorer, uncompared=notes if change is None else (),
+                  notes=report_notes(newest_cases["gold_source"]))
+
+
+def report_kb(state: State, rows: dict[str, dict], detailed: list[str], held: KnowledgeBase | None) -> RunKb:
+    """The KB the report judges gold and flips against: the newest run's own (flows/kb.py
+    `run_kb`; a KB given with --kb wins), its note a warning of the newest run when it is not."""
+    if not detailed:
+        return RunKb(None, None, True)
+    newest = detailed[-1]
+    return run_kb(newest, rows[newest], state.runs[newest].source, held)
 
 
 def computed_case_metrics(con: duckdb.DuckDBPyConnection, run_ids: list[str], k: int) -> pl.DataFrame:

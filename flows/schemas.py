@@ -39,6 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING
 
+from ..transforms.deep_json import json_path
 from ..transforms.records import json_type_name
 from .schema_predicate import Check, Unsure, compile_schema, is_integer, is_number
 
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
 SCHEMA_NAMES = ("cases", "manifest", "baseline")
-# Keys shown after a dot in a path; any other key is shown quoted in brackets.
-PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # Longest rendering of a value quoted in a message (a longer one is cut, ending in "...").
 MAX_SHOWN_CHARS = 60
 
@@ -195,22 +194,10 @@ def _describe(error: ValidationError) -> str:
 
 
 def _located(path: list, message: str) -> tuple[tuple, str]:
-    where = _render_path(path)
+    where = json_path(path, ensure_ascii=False)
     # Sort positions as numbers (aggregates[10] after aggregates[9]), keys as text.
     key = tuple((0, part, "") if isinstance(part, int) else (1, 0, part) for part in path)
     return key, f"{where}: {message}" if where else message
-
-
-def _render_path(path: list) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif PLAIN_KEY.fullmatch(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part, ensure_ascii=False)}]"
-    return out
 
 
 def _in_property_names(error: ValidationError) -> bool:

@@ -18,7 +18,7 @@ import io
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TypeVar
@@ -50,7 +50,8 @@ from ..transforms.trec import (
 from . import config
 from .case_file import FileFacts
 from .engine import connect
-from .ingest import BATCH_ITEMS, IngestAccount, StagedBatch
+from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, StagedBatch
+from .reject_stream import RejectStream
 from .warehouse import file_digest
 
 # Blocks of this many bytes of whole lines are parsed at a time (about 170k run lines):
@@ -133,23 +134,23 @@ class _HashingReader(io.RawIOBase):
 
 @dataclass
 class _Read:
-    """What one pass over a file finds beside its blocks: its overlong lines, as rejects, and
-    once the last block is taken, the BLAKE3 of its bytes as stored."""
+    """What one pass over a file finds beside its blocks: once the last block is taken, the
+    BLAKE3 of its bytes as stored."""
 
     digest: str | None = None
-    overlong: list[Reject] = field(default_factory=list)
 
 
 def _blocks(path: Path, display_name: str, read: _Read, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
     """The file (decompressed when .gz) as blocks of whole lines of about `block_bytes`. A line
-    longer than MAX_LINE_BYTES is left blank (so line numbers hold) and becomes a reject in
-    `read.overlong`; `read.digest` is set when the last block is taken."""
+    longer than MAX_LINE_BYTES is left blank (so line numbers hold) and becomes a reject of its
+    block; `read.digest` is set when the last block is taken."""
     first_line = 1
     with open(path, "rb") as raw:
         hashing = _HashingReader(raw)
         stream = gzip.GzipFile(fileobj=hashing) if path.suffix == ".gz" else io.BufferedReader(hashing)
         with stream:
             while data := stream.read(block_bytes):
+                overlong = ()
                 if not data.endswith(b"\n"):
                     # Finish the block's last line; one read, unless the line is overlong.
                     rest = stream.readline(MAX_LINE_BYTES)
@@ -159,13 +160,13 @@ def _blocks(path: Path, display_name: str, read: _Read, block_bytes: int = BLOCK
                         while rest and not rest.endswith(b"\n"):  # skip the rest, never holding it
                             rest = stream.readline(MAX_LINE_BYTES)
                         line = first_line + data.count(b"\n", 0, line_start)
-                        read.overlong.append(Reject(display_name, line, f"line longer than {MAX_LINE_BYTES} bytes", head))
+                        overlong = (Reject(display_name, line, f"line longer than {MAX_LINE_BYTES} bytes", head),)
                         data = data[:line_start] + b"\n"
                     else:
                         data += rest
                 n_newlines = int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == NEWLINE))
                 n_lines = n_newlines + (0 if data.endswith(b"\n") else 1)
-                yield Block(data, first_line, n_lines)
+                yield Block(data, first_line, n_lines, overlong)
                 first_line += n_lines
             stream.read()  # a .gz's trailer, so that the digest covers every byte
     read.digest = hashing.digest.hexdigest()
@@ -191,23 +192,24 @@ def _read_ahead(items: Iterator[T]) -> Iterator[T]:
 @dataclass(frozen=True)
 class Qrels:
     judged: pl.DataFrame  # transforms/trec.py JUDGED_SCHEMA: one row per judged topic
-    rejects: list[Reject]
+    rejects: RejectSink  # its malformed lines, in line order
     digest: str
 
 
-def read_qrels(path: Path, display_name: str | None = None) -> Qrels:
-    """The judgments of a qrels file by topic, its malformed lines as rejects (line order)
-    and its digest. A file without any judgment or malformed line is bad input."""
+def read_qrels(path: Path, display_name: str | None = None, rejects: RejectSink | None = None) -> Qrels:
+    """The judgments of a qrels file by topic, its malformed lines as rejects (line order,
+    into `rejects`, a new list when None) and its digest. A file without any judgment or
+    malformed line is bad input."""
     name = display_name or str(path)
+    rejects = [] if rejects is None else rejects
     read = _Read()
-    parts, rejects = [], []
+    parts = []
     for block in _blocks(path, name, read):
         rows, malformed = qrels_rows(block, name)
         parts.append(rows)
-        rejects += malformed
-    rejects = sorted(rejects + read.overlong, key=lambda reject: reject.line)
+        rejects.extend(malformed)
     judged = judged_topics(judgments(parts))
-    if judged.height == 0 and not rejects:
+    if judged.height == 0 and not len(rejects):
         raise InputError(f"{path}: holds no judgments (qid iter docno rel)")
     return Qrels(judged, rejects, read.digest)
 
@@ -220,18 +222,20 @@ class TrecRunRead:
     TOPIC_SCHEMA), every topic in one frame; once they are all taken, `rejects`, `lines`,
     `n_duplicates` and `digest` tell the file. In file order (`in_file_order`) it raises
     TopicCameBack when the topics are not contiguous; otherwise the rows are put in topic
-    order on disk under `spill_dir` first, and the topics come in qid order."""
+    order on disk under `spill_dir` first, and the topics come in qid order. Rejects go to
+    `rejects` as they are found, in line order (a new list when None)."""
 
     def __init__(self, path: Path, display_name: str | None = None, spill_dir: Path | None = None,
-                 block_bytes: int | None = None) -> None:
+                 block_bytes: int | None = None, rejects: RejectSink | None = None) -> None:
         self.path = path
         self.display_name = display_name or str(path)
         self.spill_dir = spill_dir
         self.block_bytes = block_bytes or BLOCK_BYTES
-        self.rejects: list[Reject] = []
+        self.rejects: RejectSink = [] if rejects is None else rejects
         self.lines = 0
         self.n_duplicates = 0
         self.digest: str | None = None
+        self.tag: str | None = None  # the tag of the last valid line: the run's name for itself (trec_eval's runid)
 
     def topics(self, in_file_order: bool = True) -> Iterator[pl.DataFrame]:
         rows = self._parsed_rows() if in_file_order else self._rows_by_topic()
@@ -259,15 +263,15 @@ class TrecRunRead:
     def _parsed_rows(self) -> Iterator[pl.DataFrame]:
         """The valid rows (qid, docno, score) of each block in file order; the next block is
         read and parsed in worker threads while this one is ranked."""
-        self.rejects, self.lines, self.n_duplicates = [], 0, 0
+        self.lines, self.n_duplicates = 0, 0
         read = _Read()
         blocks = _read_ahead(_blocks(self.path, self.display_name, read, self.block_bytes))
         parsed = ((block.n_lines, *run_rows(block, self.display_name)) for block in blocks)
-        for n_lines, rows, rejects in _read_ahead(parsed):
-            self.rejects += rejects
+        for n_lines, rows, rejects, last_tag in _read_ahead(parsed):
+            self.rejects.extend(rejects)
             self.lines += n_lines
+            self.tag = last_tag if last_tag is not None else self.tag
             yield rows
-        self.rejects = sorted(self.rejects + read.overlong, key=lambda reject: reject.line)
         self.digest = read.digest
 
     def _rows_by_topic(self) -> Iterator[pl.DataFrame]:
@@ -313,24 +317,27 @@ class TrecIngest:
         self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
-        qrels = read_qrels(self.source.qrels)
+        qrels = read_qrels(self.source.qrels, rejects=RejectStream(self.scratch, "qrels-rejects"))
         if self.committed_digest is not None:  # only then is a first pass over the run worth its cost
             digest = trec_digest(file_digest(self.source.cases_file), qrels.digest)
             if digest == self.committed_digest:
                 self.account = IngestAccount(FileFacts(digest, 0, 0, True), IN_FILE_ORDER, 0, same_bytes=True)
                 return
+        run_rejects = RejectStream(self.scratch, "run-rejects")
         for attempt in (IN_FILE_ORDER, BY_TOPIC):
-            read = TrecRunRead(self.source.cases_file, spill_dir=self.scratch, block_bytes=self.block_bytes)
+            read = TrecRunRead(self.source.cases_file, spill_dir=self.scratch, block_bytes=self.block_bytes,
+                               rejects=run_rejects)
             try:
                 n_records = yield from self._staged(attempt, read, qrels)
             except TopicCameBack:
+                run_rejects.discard()  # the read starts over, and finds them again
                 continue
             break
-        rejects = qrels.rejects + read.rejects
+        rejects = qrels.rejects.finish() + run_rejects.finish()
         # Of an ingest's facts only the digest is read (flows/evaluation.py); a TREC file has no JSON lines.
         facts = FileFacts(trec_digest(read.digest, qrels.digest), read.lines, 0, True)
-        refused = bool(rejects) and not self.allow_rejects
-        self.account = IngestAccount(facts, attempt, 0 if refused else n_records, rejects, refused=refused)
+        refused = bool(rejects.count) and not self.allow_rejects
+        self.account = IngestAccount(facts, attempt, 0 if refused else n_records, rejects, refused=refused, tag=read.tag)
 
     def _staged(self, attempt: int, read: TrecRunRead, qrels: Qrels) -> Iterator[StagedBatch]:
         """Staged batches of the run's topics and then of the judged topics it lacks; returns
@@ -349,7 +356,7 @@ class TrecIngest:
                 yield self._stage(attempt, index, case_table(pl.concat(pending), qrels.judged))
                 n_records += sum(frame.height for frame in pending)
                 index, pending, n_items = index + 1, [], 0
-        if not ran and not read.rejects:
+        if not ran and not len(read.rejects):
             raise InputError(f"{self.source.cases_file}: holds no run lines (qid Q0 docno rank score tag)")
         if self._refusing(qrels, read):
             return 0
@@ -358,13 +365,15 @@ class TrecIngest:
             n_records += sum(frame.height for frame in pending)
             index += 1
         missing = unretrieved_cases(qrels.judged, pl.concat(ran) if ran else pl.Series("case_id", [], pl.String))
-        if missing.num_rows:
+        if missing.num_rows or index == 0:
+            # With every line rejected (and allowed) the run has no case: one empty batch, as a
+            # cases file without records gives, so that each table of the run gets its part.
             yield self._stage(attempt, index, missing)
             n_records += missing.num_rows
         return n_records
 
     def _refusing(self, qrels: Qrels, read: TrecRunRead) -> bool:
-        return bool(qrels.rejects or read.rejects) and not self.allow_rejects
+        return bool(len(qrels.rejects) or len(read.rejects)) and not self.allow_rejects
 
     def _stage(self, attempt: int, index: int, cases) -> StagedBatch:
         try:

@@ -31,6 +31,8 @@ LATER_COLUMNS: dict[str, tuple[tuple[str, str, str | None, tuple[str, ...]], ...
     "runs": (
         ("created_at_utc", "NULL::TIMESTAMPTZ", "try_cast(created_at AS TIMESTAMPTZ)", ("created_at",)),
         ("relevance_level", "NULL::BIGINT", "1::BIGINT", ()),  # every run was binary then
+        ("kb_uri", "NULL::VARCHAR", None, ()),  # no KB recorded (flows/kb.py `recorded_kb`)
+        ("kb_digest", "NULL::VARCHAR", None, ()),
     ),
     "cases": (
         ("question", "NULL::VARCHAR", None, ()),
@@ -38,6 +40,7 @@ LATER_COLUMNS: dict[str, tuple[tuple[str, str, str | None, tuple[str, ...]], ...
          "list_transform(relevant_ranks, lambda r: {'rank': r::INTEGER, 'grade': 1::BIGINT})", ("relevant_ranks",)),
         ("ideal_gains", "NULL::BIGINT[]", "list_transform(range(n_gold), lambda i: 1::BIGINT)", ("n_gold",)),
         ("top_cards", "NULL::VARCHAR[]", None, ()),
+        ("top_scores", "NULL::DOUBLE[]", None, ()),
     ),
     "case_metrics": (
         ("gains_at_k", "NULL::STRUCT(rank INTEGER, grade BIGINT)[]", None, ()),
@@ -110,12 +113,13 @@ def committed_state(warehouse: Warehouse) -> State:
 
 def read_state(warehouse: Warehouse) -> State:
     """`committed_state`, for a command that reads the warehouse: on the way, a catalog that is
-    missing, stale, moved or unreadable is made again from the log when no writer is busy."""
+    missing, stale, moved or unreadable is made again from the log when no writer is busy and
+    no other process holds it open read-write (its parts are read by the log either way)."""
     from .catalog import refresh_catalog
 
     state = committed_state(warehouse)
     if warehouse.try_locked():
-        refresh_catalog(warehouse, state, announce=True)
+        refresh_catalog(warehouse, state, announce=True, say_held=False)
     return state
 
 

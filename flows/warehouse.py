@@ -183,9 +183,37 @@ def write_new_file(path: Path, text: str) -> None:
     _fsync(path.parent)
 
 
+def shown_path(path: Path) -> str:
+    """A path as text that prints on one line whatever its bytes: a byte that is not UTF-8 as
+    \\xNN (how Python holds it: a surrogate escape)."""
+    text = str(path)
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file name's bytes make
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def utf8_path(path: Path, role: str) -> Path:
+    """`path` made absolute, refused (InputError) when it is not UTF-8 text: DuckDB, which
+    writes and reads every table, takes paths as UTF-8 only, the catalog's views name their
+    files in SQL text, and runs record their artifacts' and KB's paths as text. `role` names
+    the path in the message ("warehouse", "--kb"). Refused before anything is written."""
+    absolute = Path(path).absolute()
+    try:
+        str(absolute).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InputError(f"{shown_path(absolute)}: the {role} path is not UTF-8 (DuckDB, which reads and writes "
+                         "the warehouse, takes UTF-8 paths only); choose one whose path is UTF-8") from None
+    return absolute
+
+
+def utf8_root(root: Path) -> Path:
+    return utf8_path(root, "warehouse")
+
+
 class Warehouse:
     def __init__(self, root: Path):
-        self.root = Path(root).absolute()
+        self.root = utf8_root(root)
 
     @property
     def log_dir(self) -> Path:

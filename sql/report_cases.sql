@@ -10,7 +10,9 @@
 -- (empty when every run has $k).
 -- Reads: case_metrics, computed_case_metrics, cases. Parameters: $ids, $k. Grain: (run_id, case_id).
 -- Columns: every column of `case_metrics` but gains_at_k (nothing in the report reads it: a
--- nested list per row, a fifth of this read at 100k cases), gold, question, n_retrieved, cards, n_cards
+-- nested list per row, a fifth of this read at 100k cases), gold, gold_source, question,
+-- n_retrieved, cards, card_scores (their retrieval scores), n_cards, graded_ranks and
+-- ideal_gains (the grades the explorer shows beside a graded case's cards)
 with at_k as (
     select * exclude (gains_at_k)
     from case_metrics
@@ -25,10 +27,14 @@ final as (
     select
         at_k.*,
         cases.gold,
+        cases.gold_source,
         cases.question,
         cases.n_retrieved,
         cases.top_cards[1:greatest(at_k.k, coalesce(at_k.first_relevant_rank, 0))] as cards,
-        cases.n_cards
+        cases.top_scores[1:greatest(at_k.k, coalesce(at_k.first_relevant_rank, 0))] as card_scores,
+        cases.n_cards,
+        cases.graded_ranks,
+        cases.ideal_gains
     from at_k
     join cases using (run_id, case_id)
 )

@@ -18,12 +18,10 @@ from retrieval_eval.transforms.paired_stats import (
     compare_many,
     exact_sign_flip_p_value,
     holm,
-    minimum_detectable_drop,
     normal_quantile,
     paired_interval,
     paired_t_p_value,
     randomization_p_value,
-    tied_groups,
     wins_ties_losses,
 )
 from statsmodels.stats.multitest import multipletests
@@ -272,18 +270,6 @@ def test_normal_quantile_equals_scipy():
         normal_quantile(1.5)
 
 
-def test_minimum_detectable_drop():
-    # The SPEC's example: hit rate 0.85 on 80 cases. s = √(0.85·0.15) = 0.3571,
-    # (1.95996 + 0.84162)·0.3571/√80 = 0.1118 ≈ 0.11.
-    s = ps.baseline_sd(np.r_[np.ones(68), np.zeros(12)])  # 68/80 = 0.85
-    assert s == pytest.approx(math.sqrt(0.85 * 0.15))
-    assert minimum_detectable_drop(s, 80) == pytest.approx(0.11, abs=0.005)
-    for sd, n, alpha, power in [(0.3, 50, 0.05, 0.8), (0.1, 1000, 0.01, 0.9)]:
-        closed = (scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)) * sd / math.sqrt(n)
-        assert minimum_detectable_drop(sd, n, alpha=alpha, power=power) == pytest.approx(closed, rel=1e-12)
-    assert minimum_detectable_drop(0.3, 0) == math.inf
-
-
 # --- the gate on simulated runs ----------------------------------------------------------------
 
 def gate_false_alarm_rates(drop_to: float, repetitions: int, seed: int):
@@ -319,22 +305,7 @@ def test_gate_false_alarms_and_power():
     assert power >= 0.90  # Holm tests the smallest of 4 p-values at 0.0125
 
 
-# --- tied groups, wins, edge cases ----------------------------------------------------------
-
-def test_tied_groups_overlapping():
-    means = {"A": 0.9, "B": 0.85, "C": 0.8, "D": 0.7, "E": 0.5}
-    significant = {frozenset(p) for p in ["AC", "AD", "AE", "BD", "BE", "CE", "DE"]}
-    # From A: B joins, C is significant with A → [A, B]. From B: C joins, D is
-    # significant with B → [B, C]. From C: D joins, E with C → [C, D]. From D: E is
-    # significant with D, and [D] lies inside [C, D]. E differs from all: [E].
-    assert tied_groups(means, significant) == [["A", "B"], ["B", "C"], ["C", "D"], ["E"]]
-    assert tied_groups(means, set()) == [["A", "B", "C", "D", "E"]]
-    every_pair = {frozenset((a, b)) for a in means for b in means if a != b}
-    assert tied_groups(means, every_pair) == [[r] for r in "ABCDE"]
-    assert tied_groups({}, set()) == []
-    # Equal means are ordered by run id as text, so groups are deterministic.
-    assert tied_groups({"y": 0.5, "x": 0.5}, set()) == [["x", "y"]]
-
+# --- wins, edge cases ----------------------------------------------------------
 
 def test_wins_ties_losses():
     assert wins_ties_losses([0.5, 0.0, -0.25, 1.0, 0.0, math.nan]) == (2, 2, 1)

@@ -61,9 +61,10 @@ ESCAPE = "\x1b["
 
 
 def report_of(warehouse, folder, baseline=None, **options):
-    """The report of a warehouse written to `folder` (against the baseline and KB files given); returns its model."""
+    """The report of a warehouse written to `folder` (against the baseline and KB files given, a KB
+    as with --kb; without one, the newest run's own); returns its model."""
     options["baseline"] = None if baseline is None else read_baseline(baseline)
-    options["kb"] = None if options.get("kb") is None else read_kb(options["kb"])
+    options["kb"] = None if options.get("kb") is None else read_kb(options["kb"], given=True)
     return write_report(ReportOptions(Path(warehouse), Path(folder), **options), Warehouse(warehouse).state()).report
 
 
@@ -345,7 +346,8 @@ def test_without_ks_there_is_no_k_sweep_and_with_ks_three_sweep_panels(sample, n
     assert SWEEP_CHARTS <= set(report.charts)
     assert sorted(p.name for p in folder.glob("sweep*.svg")) == sorted(f"{name}.svg" for name in SWEEP_CHARTS)
     sweep = next(b for b in markdown.split("\n\n") if b.startswith("| k |")).splitlines()[2:]
-    assert [row.split(" | ")[0].lstrip("| ") for row in sweep] == [f"{k}*" if k == K else str(k) for k in KS]
+    # the headline k's star is escaped as every cell is (transforms/escaping.py): it renders as `4*`
+    assert [row.split(" | ")[0].lstrip("| ") for row in sweep] == [f"{k}\\*" if k == K else str(k) for k in KS]
     panels = next(b for b in markdown.split("\n\n") if "](sweep-" in b)
     assert re.findall(r"\]\((sweep-[\w_]+\.svg)\)", panels) == [
         "sweep-hit_at_k.svg", "sweep-recall_at_k.svg", "sweep-ndcg_at_k.svg"]
@@ -531,11 +533,12 @@ def test_gold_ids_missing_from_the_kb_are_flagged(tmp_path):
     ])
     kb = tmp_path / "cards.jsonl"
     kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n")
-    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", kb=kb))
     with_kb = report_of(tmp_path / "wh", tmp_path / "with-kb", kb=kb)
     flagged = f"1 gold id(s) in 1 case(s) are not cards of the knowledge base {kb}: those cases can never hit"
     assert any(flagged in w for w in with_kb.newest.warnings)
     assert flagged in (tmp_path / "with-kb" / "report.md").read_text(encoding="utf-8")
+    kb.unlink()  # the run's own KB gone: no other judges its gold (tests/test_run_kb.py)
     without = report_of(tmp_path / "wh", tmp_path / "without")
     assert not any("knowledge base" in w for w in without.newest.warnings)
 
@@ -551,10 +554,11 @@ def test_a_flip_whose_gold_is_not_a_kb_card_says_so_in_what_changed(tmp_path):
                               case("kept", [chunk("B::00", "B")], ["A"])], created_at="2026-11-02T00:00:00Z")
     kb = tmp_path / "cards.jsonl"
     kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n" + json.dumps({"id": "B", "title": "B"}) + "\n")
-    evaluate(job_options(runs, tmp_path / "wh"))
+    evaluate(job_options(runs, tmp_path / "wh", kb=kb))
     reasons = {row["case_id"]: row["reason"] for row in
-               report_of(tmp_path / "wh", tmp_path / "with-kb", kb=kb, charts=False).changes.flips.iter_rows(named=True)}
-    assert reasons == {"gone": "gold_not_in_kb", "kept": "not_retrieved"}
+               report_of(tmp_path / "wh", tmp_path / "with-kb", charts=False).changes.flips.iter_rows(named=True)}
+    assert reasons == {"gone": "gold_not_in_kb", "kept": "not_retrieved"}  # by the run's own KB
+    kb.unlink()  # gone: no other KB judges the flips (tests/test_run_kb.py)
     without = report_of(tmp_path / "wh", tmp_path / "without", charts=False).changes.flips
     assert dict(without.select("case_id", "reason").iter_rows()) == {"gone": "not_retrieved", "kept": "not_retrieved"}
 
@@ -597,7 +601,7 @@ def test_long_diagnostics_list_the_first_cases_and_say_where_the_rest_are(tmp_pa
     assert report.never_hit.height == n_never  # the model keeps every case
     markdown = (tmp_path / "reports" / "report.md").read_text()
     assert f"{n_never} labelled case(s) never met a gold card" in markdown
-    assert f"the first {LISTED_CASES} are listed" in markdown and "`case_metrics` view" in markdown
+    assert f"the first {LISTED_CASES} are listed" in markdown and "\\`case_metrics\\` view" in markdown
     listed = re.findall(r"^\| miss-(\d{3}) \|", markdown, flags=re.MULTILINE)
     assert listed == [f"{i:03d}" for i in range(LISTED_CASES)]  # in case id order
 
@@ -609,7 +613,9 @@ def test_a_long_list_of_flips_lists_the_first_cases(tmp_path):
               created_at="2026-11-01T02:00:00Z")
     write_run(tmp_path / "runs", "run-b", [case(f"c-{i:03d}", [chunk("B::00", "B")], ["A"]) for i in range(n_flips)],
               created_at="2026-11-02T02:00:00Z")
-    evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))
+    kb = tmp_path / "cards.jsonl"  # A and B are cards: the runs' own KB tells not_retrieved
+    kb.write_text(json.dumps({"id": "A", "title": "A"}) + "\n" + json.dumps({"id": "B", "title": "B"}) + "\n")
+    evaluate(job_options(tmp_path / "runs", tmp_path / "wh", kb=kb))
     report = report_of(tmp_path / "wh", tmp_path / "reports", charts=False)
     assert report.changes.flips.height == n_flips
     markdown = (tmp_path / "reports" / "report.md").read_text()

@@ -93,7 +93,7 @@ def warehouse_views():
     con.register("cases", pl.DataFrame({
         "run_id": ["new", "old"], "case_id": ["a", "a"], "gold": [["X", "Y"], ["X"]], "question": ["q?", None],
         "n_retrieved": [3, 1], "gold_source": ["must_cite_one_of"] * 2,
-        "top_cards": [["Z", "Y"], ["X"]], "n_cards": [2, 1],
+        "top_cards": [["Z", "Y"], ["X"]], "top_scores": [[0.9, 0.8], [None]], "n_cards": [2, 1],
     }))
     con.register("kb_cards", pl.DataFrame({"id": ["X", "Z"], "title": ["x", "z"]}))
     return con
@@ -129,7 +129,10 @@ def test_report_cases_at_one_k_with_the_cases_top_cards(warehouse_views):
         "run_id": ["new", "new", "new", "old"], "case_id": ["a", "b", "c", "a"],
         "gold": [["X", "Y"], ["P6"], ["Q"], ["X"]], "question": ["q?", None, None, None],
         "n_retrieved": [9, 7, 7, 1], "top_cards": [["Z", "Y", "W", "V", "U"], seven, seven, ["X"]],
-        "n_cards": [5, 7, 7, 1],
+        "top_scores": [[5.0, 4.0, 3.0, 2.0, 1.0], [7.0 - r for r in range(7)], [None] * 7, [None]],
+        "n_cards": [5, 7, 7, 1], "gold_source": ["must_cite_one_of"] * 4,
+        "graded_ranks": [[{"rank": 2, "grade": 1}], [{"rank": 6, "grade": 1}], [], [{"rank": 1, "grade": 1}]],
+        "ideal_gains": [[1, 1], [1], [1], [1]],
     }))
     rows = {r["case_id"]: r for r in run(con, "report_cases", ids=["new"], k=4)}
     assert (rows["a"]["k"], rows["a"]["gold"], rows["a"]["question"], rows["a"]["n_retrieved"], rows["a"]["n_cards"]) == (
@@ -138,6 +141,9 @@ def test_report_cases_at_one_k_with_the_cases_top_cards(warehouse_views):
     # the cards down to k = 4, or down to the first gold card when that is deeper
     assert {case_id: row["cards"] for case_id, row in rows.items()} == {
         "a": ["Z", "Y", "W", "V"], "b": seven[:6], "c": seven[:4]}
+    # each card's score, cut with it
+    assert {case_id: row["card_scores"] for case_id, row in rows.items()} == {
+        "a": [5.0, 4.0, 3.0, 2.0], "b": [7.0, 6.0, 5.0, 4.0, 3.0, 2.0], "c": [None] * 4}
     both = {(r["run_id"], r["case_id"]): (r["k"], r["hit_at_k"], r["cards"])
             for r in run(con, "report_cases", ids=["new", "old"], k=4)}
     assert both[("old", "a")] == (4, 1.0, ["X"])  # the computed row; "old" holds one card
@@ -175,7 +181,8 @@ def test_gold_ids_read_their_file_and_gold_not_in_kb(tmp_path):
 def audit_views(**changes) -> duckdb.DuckDBPyConnection:
     """One whole, consistent run as the audits read it, with `changes` applied to its tables."""
     tables = {
-        "runs": pl.DataFrame({"run_id": ["r"], "n_cases": [1], "n_labelled": [1], "ks": [[1, 2]], "relevance_level": [1]}),
+        "runs": pl.DataFrame({"run_id": ["r"], "n_cases": [1], "n_labelled": [1], "ks": [[1, 2]], "relevance_level": [1],
+                              "kb_uri": ["/kb/cards.jsonl"], "kb_digest": ["blake3:" + "0" * 64]}),
         "cases": pl.DataFrame({"run_id": ["r"], "case_id": ["a"], "n_retrieved": [2]}),
         "retrieved": pl.DataFrame({"run_id": ["r", "r"], "case_id": ["a", "a"], "rank": [1, 2]}),
         "case_metrics": pl.DataFrame({
@@ -247,6 +254,7 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
         "run_id": ["old", "new"], "created_at": ["2026-11-02T02:00:00Z", "2026-11-09T02:00:00Z"],
         "created_at_utc": pl.Series([None, "2026-11-09T02:00:00"]).str.to_datetime().dt.replace_time_zone("UTC"),
         "relevance_level": [None, 2],
+        "kb_uri": [None, "/kb/cards.jsonl"], "kb_digest": [None, "blake3:" + "0" * 64],
     })
     rows = with_later_columns(con.from_arrow(mixed.to_arrow()), "runs", mixed=True).pl()
     assert rows["relevance_level"].to_list() == [1, 2]
@@ -269,7 +277,8 @@ def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
     con = connect()
     bare = pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]})  # no created_at to derive from
     [row] = with_later_columns(con.from_arrow(bare.to_arrow()), "runs", mixed=False).pl().to_dicts()
-    assert row == {"run_id": "old-run", "n_cases": 3, "created_at_utc": None, "relevance_level": 1}
+    assert row == {"run_id": "old-run", "n_cases": 3, "created_at_utc": None, "relevance_level": 1,
+                   "kb_uri": None, "kb_digest": None}
 
 
 def test_card_id_is_computed_by_every_view_whether_a_part_stores_it_or_not(tmp_path):

@@ -20,24 +20,33 @@ name; transforms/report.py `explorer_data` builds both):
                                            # (rank = position + 1), down to k or to the first
                                            # gold card if deeper, at most TOP_CARDS
              "n_cards": 2,                 # distinct cards retrieved in all
+             "gold_source": "must_cite_one_of",  # or "relevant_ids", or "relevance" (graded)
+             "ndcg": 0.63,                 # nDCG at the headline k
+             "grades": [{"rank": 2, "grade": 1}],  # grades of the retrieved graded cards, by rank
+             "ideal_gains": [1],           # every grade above 0 of the case, descending
+             "scores": [0.91, 0.62],       # a graded case's retrieval score of each listed card
+                                           # (null for binary gold, and where the artifact had none)
              "before": {"hit": 1, "first_relevant_rank": 1, "retrieved": [...], "n_cards": 3,
-                        "gold": [...]} or None}]
+                        "gold": [...], "ndcg": 1.0, "grades": [...], "ideal_gains": [...],
+                        "scores": [...]} or None}]
     meta: {"run_id": "...", "previous_run_id": "..." or None, "k": 4,
            "kb": True,                     # a KB was read: a card not in "titles" is not in it
            "titles": {"card-statin-grapefruit": "Statins and grapefruit"}}
 
 `before` carries its own "gold" list, which marks the gold cards in the run before when the
-gold changed. TOP_CARDS is transforms/rankings.py's.
+gold changed. A flip's "reason" is why the side that missed missed: this run for "hit-miss",
+the run before for "miss-hit". TOP_CARDS is transforms/rankings.py's.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator
 from html import escape
 from itertools import chain
 
 import polars as pl
+
+from .escaping import embedded_json, html_text, script_safe
 
 CASES_ELEMENT_ID = "retrieval-eval-cases"
 META_ELEMENT_ID = "retrieval-eval-meta"
@@ -54,28 +63,6 @@ FLIP_CHOICES = (
     ("miss-hit", "miss → hit"),
     ("none", "not flipped"),
 )
-
-
-def embedded_json(value) -> str:
-    """JSON that is safe as the text of a <script type="application/json"> element.
-
-    A string holding "</script" would end the element and "<!--" followed by "<script"
-    would keep the real end tag from ending it, so "</" and "<!--" are written with JSON
-    escapes, which JSON.parse reads back unchanged. U+2028 and U+2029 are escaped too, so
-    the text stays valid if it is ever read as JavaScript source.
-    """
-    return script_safe(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-
-
-def script_safe(text: str) -> str:
-    """JSON text made safe as a <script> element's text (see `embedded_json`). Tens of MB at
-    100k cases: the replacements run only when there is something to replace (a text without
-    "<" holds neither sequence; an ASCII text holds neither separator)."""
-    if "<" in text:
-        text = text.replace("<!--", "\\u003c!--").replace("</", "<\\/")
-    if not text.isascii():
-        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-    return text
 
 
 # How the chunks of the cases' JSON are made: `map` itself, or any function of its shape that
@@ -100,9 +87,9 @@ def explorer_section(cases: pl.DataFrame, meta: dict, *, script: str, style: str
     parts = [
         '<section class="case-explorer" id="case-explorer" aria-labelledby="case-explorer-heading">',
         f"<style>{style}</style>",
-        f'<h2 id="case-explorer-heading">Cases of {escape(meta["run_id"])}</h2>',
+        f'<h2 id="case-explorer-heading">Cases of {html_text(meta["run_id"])}</h2>',
         f'<p class="cx-intro">{_count(total, "labelled case")} of the newest run at headline '
-        f"k = {k}{escape(against)}. Open a case for its question, gold cards and retrieved list.</p>",
+        f"k = {k}{html_text(against)}. Open a case for its question, gold cards and retrieved list.</p>",
         '<form class="cx-filters" role="search" aria-label="Filter the cases">',
         _select("locale", "Locale", "all locales", _counts(cases, "locale")),
         _select("category", "Category", "all categories", _counts(cases, "category")),
@@ -160,7 +147,8 @@ def _select(name: str, label: str, everything: str, counts: dict[str, int]) -> s
 
 def _choice_select(name: str, label: str, choices, disabled: bool = False) -> str:
     options = "".join(
-        f'<option value="{escape(value)}">{escape(text)}</option>' for value, text in choices
+        # the value is the raw locale or category the filter compares with; the text shows its escapes
+        f'<option value="{escape(value)}">{html_text(text)}</option>' for value, text in choices
     )
     off = " disabled" if disabled else ""
-    return f'<label>{escape(label)} <select name="{name}"{off}>{options}</select></label>'
+    return f'<label>{html_text(label)} <select name="{name}"{off}>{options}</select></label>'

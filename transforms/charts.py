@@ -5,7 +5,7 @@ Four kinds of chart, each a pure function of its data (same data, same bytes):
 - `sweep_panels(runs)`: hit@k, recall@k and nDCG@k against k, one small panel per metric.
 - `trend_chart(run_ids, series, baseline)`: the headline figures across runs.
 - `slice_chart(slice_name, rows)`: hit@k per slice value with its 95% interval and n.
-- `delta_chart(rows, title)`: a forest plot of changes with their paired 95% intervals.
+- `delta_chart(rows, title, marked)`: a forest plot of changes with their paired 95% intervals.
 
 Every chart is at most `WIDTH` (360) px wide with text of 11 px or more, so a phone
 (390 px viewport, 12 px page padding) shows it at its natural size; a wide page lays
@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from html import escape
 
+from .escaping import html_text
 from .tables import signed
 
 WIDTH = 360
@@ -41,7 +41,7 @@ LINE_GAP = 3  # between two lines of text, beyond the font size
 INK, MUTED, GRID, BAND, WHITE = "#1b1f24", "#57606a", "#d0d7de", "#f3f5f7", "#ffffff"
 
 SWEEP_METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k")
-METRIC_TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k (lower bound)", "ndcg_at_k": "nDCG@k"}
+METRIC_TITLES = {"hit_at_k": "hit@k", "recall_at_k": "recall@k", "ndcg_at_k": "nDCG@k"}
 MAX_SWEEP_RUNS = 6  # the sweep panels draw the newest runs only: more curves cannot be told apart
 MAX_SLICE_RUNS = 3  # the slice chart sets the newest run beside at most two before it
 DENSE_MARKERS = 30  # a trend of more runs marks about a dozen points per line, not every one
@@ -181,8 +181,8 @@ class Text:
             attrs += f' text-anchor="{self.anchor}"'
         if self.bold:
             attrs += ' font-weight="bold"'
-        element = f"<text {attrs}>{escape(self.text)}</text>"
-        return f"<g><title>{escape(self.tooltip)}</title>{element}</g>" if self.tooltip else element
+        element = f"<text {attrs}>{html_text(self.text)}</text>"
+        return f"<g><title>{html_text(self.tooltip)}</title>{element}</g>" if self.tooltip else element
 
 
 @dataclass(frozen=True)
@@ -304,8 +304,8 @@ def render(scene: Scene) -> bytes:
     lines = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" '
         f'role="img" aria-labelledby="{ident}-title {ident}-desc" font-family="{FONT_FAMILY}">',
-        f'<title id="{ident}-title">{escape(scene.title)}</title>',
-        f'<desc id="{ident}-desc">{escape(scene.desc)}</desc>',
+        f'<title id="{ident}-title">{html_text(scene.title)}</title>',
+        f'<desc id="{ident}-desc">{html_text(scene.desc)}</desc>',
         f'<rect width="{w}" height="{h}" fill="{WHITE}"/>',
     ]
     lines += [item.svg() for item in scene.items]
@@ -492,7 +492,7 @@ def _k_scale(ks: list[int], plot: Box):
 
 def sweep_panels(runs: list[dict]) -> list[tuple[str, bytes]]:
     """Metric against k as small multiples: one panel (name, SVG bytes) per metric, in the
-    order hit@k, recall@k (lower bound), nDCG@k; names are "sweep-hit_at_k" and so on.
+    order hit@k, recall@k, nDCG@k; names are "sweep-hit_at_k" and so on.
 
     runs: oldest first, `[{"run_id": str, "headline_k": int, "points": {"hit_at_k":
     [(k, mean), ...], "recall_at_k": [...], "ndcg_at_k": [...]}}]`; a mean may be None
@@ -764,7 +764,7 @@ GROUP_HEADER = 17  # the row naming a group of changes ("pt-BR" of "pt-BR · hit
 ITEM_INDENT = 10  # rows of a group are indented under its header
 
 
-def delta_layout(rows: list[dict], title: str) -> Scene:
+def delta_layout(rows: list[dict], title: str, marked: str) -> Scene:
     """The scene of `delta_chart`."""
     scene = Scene(f"delta-{title}", title, "")
     top = _header(scene, title, "Change with its paired 95% interval; right of 0 is better.")
@@ -774,7 +774,7 @@ def delta_layout(rows: list[dict], title: str) -> Scene:
         return _empty(scene, top, "No changes to draw.")
 
     neutral = Style(MUTED, "circle", "")
-    top = _legend(scene, [("interval excludes 0 (*)", neutral, "filled"), ("includes 0", neutral, "hollow")], top + 2)
+    top = _legend(scene, [(f"{marked} (*)", neutral, "filled"), ("not significant", neutral, "hollow")], top + 2)
     ends = [abs(v) for row in rows for v in (row["delta"], row.get("ci_low"), row.get("ci_high")) if v is not None]
     half_range, ticks = _delta_axis(max(ends))
 
@@ -844,7 +844,7 @@ def delta_layout(rows: list[dict], title: str) -> Scene:
     scene.items.append(Text(x_of(0), axis_y, "change", SMALL_SIZE, "middle", MUTED, role="axis"))
     scene.height = axis_y + 0.25 * SMALL_SIZE + PAD
     scene.desc = (f"Forest plot of {len(rows)} changes with paired 95% intervals around a zero line; "
-                  "significant ones (interval excludes 0) have a filled marker and a star. " + "; ".join(described) + ".")
+                  f"significant ones ({marked}) have a filled marker and a star. " + "; ".join(described) + ".")
     return scene
 
 
@@ -866,7 +866,7 @@ def _signed_tick(value: float) -> str:
     return "0" if value == 0 else ("+" if value > 0 else "−") + text
 
 
-def delta_chart(rows: list[dict], title: str) -> bytes:
+def delta_chart(rows: list[dict], title: str, marked: str) -> bytes:
     """A forest plot of changes as SVG bytes: one row per change, its paired 95% interval
     as a whisker, a zero line, and significant changes drawn filled and starred.
 
@@ -875,6 +875,7 @@ def delta_chart(rows: list[dict], title: str) -> bytes:
     with labels like "pt-BR · hit@k"; an interval may be None (marker only) and a row
     whose delta is None is left out. The x range is symmetric around 0 and covers every
     interval; each row's delta is printed at right. The title names the comparison
-    (it also names the SVG's ids, so two charts of one page need two titles).
+    (it also names the SVG's ids, so two charts of one page need two titles). `marked` says
+    what "significant" means, for the legend: e.g. "p < 0.05, Holm over the 30 comparisons".
     """
-    return render(delta_layout(rows, title))
+    return render(delta_layout(rows, title, marked))

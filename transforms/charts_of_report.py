@@ -14,6 +14,7 @@ from .charts import (
     sweep_panels,
     trend_chart,
 )
+from .comparison import p_family
 from .metrics import LABELS
 from .report import Report
 
@@ -82,7 +83,9 @@ def draw_charts(report: Report, baseline: dict[str, float] | None = None) -> dic
     change_rows = _change_rows(report)
     if change_rows:
         # the newest run's id is on the page beside the chart; in the title it would not fit 360 px
-        charts["changes"] = delta_chart(change_rows, f"Newest run against {report.changes.reference}")
+        charts["changes"] = delta_chart(change_rows, f"Newest run against {report.changes.reference}",
+                                        f"p < {report.changes.alpha}, "
+                                        + p_family("holm", report.changes.lines.height))
     series = {metric: report.runs[metric].to_list() for metric in SWEEP_METRICS}
     charts["trend"] = trend_chart(report.runs["run_id"].to_list(), series, baseline)
     charts["locales"] = slice_chart("locale", _slice_rows(report, "locale"))

@@ -11,7 +11,7 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
-from . import paired_stats
+from . import letter_display, paired_stats
 from .aggregates import SLICE_VALUES
 
 CORRECTIONS = ("holm", "bh", "none")
@@ -64,24 +64,48 @@ def compare_runs(case_metrics: pl.DataFrame, reference: str, *, metrics: list[st
     ).select(COMPARISON_COLUMNS)
 
 
-def tied_groups(case_metrics: pl.DataFrame, metric: str, *, test: str = "randomization", correction: str = "holm",
-                alpha: float = 0.05) -> list[list[str]]:
-    """Groups of runs that no significant difference separates on `metric` over all cases:
-    every pair of runs compared on the cases both scored, the correction over the pairs."""
+PAIR_COLUMNS = ["a", "b", "p_value", "p_adjusted", "significant"]
+CORRECTION_NAMES = {"holm": "Holm", "bh": "Benjamini–Hochberg", "none": "no correction"}
+
+
+def p_family(correction: str, size: int, noun: str = "", tail: str = "") -> str:
+    """The family an adjusted p-value was corrected over, in words: e.g. "Holm over the 12
+    gated lines" (`noun` names what was counted, in the singular, and `tail` what follows it),
+    or without `noun` the short form a chart's legend has room for ("Holm over 12")."""
+    counted = f"{size} {noun}{'' if size == 1 else 's'}{tail}"
+    if correction == "none":
+        return f"not adjusted ({counted})" if noun else "not adjusted"
+    return f"{CORRECTION_NAMES[correction]} over the {counted}" if noun else f"{CORRECTION_NAMES[correction]} over {size}"
+
+
+def adjusted_by(correction: str, family: str) -> str:
+    """How a p-value of `family` (p_family's words) reads after "p": "adjusted by Holm over
+    …", or "not adjusted (…)"."""
+    return family if correction == "none" else f"adjusted by {family}"
+
+
+def pairwise(case_metrics: pl.DataFrame, metric: str, *, test: str = "randomization", correction: str = "holm",
+             alpha: float = 0.05) -> pl.DataFrame:
+    """Every pair of runs of `case_metrics` (one k) compared on `metric` over the cases both
+    scored: one row per pair (PAIR_COLUMNS; a before b in run id order), the correction over
+    the pairs."""
     runs = sorted(case_metrics["run_id"].unique())
-    means = {run: float(case_metrics.filter(pl.col("run_id") == run)[metric].mean() or 0.0) for run in runs}
-    pairs, p_values = [], []
+    rows = []
     for first, second in combinations(runs, 2):
         both = case_metrics.filter(pl.col("run_id") == first).select("case_id", pl.col(metric).alias("a")).join(
             case_metrics.filter(pl.col("run_id") == second).select("case_id", pl.col(metric).alias("b")), on="case_id")
-        p_values.append(paired_stats.compare(both["a"].to_numpy(), both["b"].to_numpy(), test=test).p_value)
-        pairs.append(frozenset((first, second)))
-    significant = [pair for pair, p in zip(pairs, adjusted(np.array(p_values), correction), strict=True) if p < alpha]
-    return paired_stats.tied_groups(means, significant) if runs else []
+        p = paired_stats.compare(both["a"].to_numpy(), both["b"].to_numpy(), test=test).p_value
+        rows.append({"a": first, "b": second, "p_value": p})
+    frame = pl.DataFrame(rows, schema={"a": pl.String, "b": pl.String, "p_value": pl.Float64})
+    p_adjusted = adjusted(frame["p_value"].to_numpy(), correction)
+    return frame.with_columns(pl.Series("p_adjusted", p_adjusted, dtype=pl.Float64),
+                              pl.Series("significant", p_adjusted < alpha, dtype=pl.Boolean)).select(PAIR_COLUMNS)
 
 
-def minimum_detectable_drop(values: pl.Series, alpha: float = 0.05, power: float = 0.8) -> float:
-    """The smallest drop of a slice's mean that a two-sided test at `alpha` detects with
-    `power`, for the n and the per-case spread of `values` (the reference's per-case values)."""
-    clean = values.drop_nulls().to_numpy()
-    return paired_stats.minimum_detectable_drop(paired_stats.baseline_sd(clean), len(clean), alpha=alpha, power=power)
+def tied_groups(case_metrics: pl.DataFrame, metric: str, pairs: pl.DataFrame) -> list[list[str]]:
+    """The compact letter display (transforms/letter_display.py) of the runs by their mean of
+    `metric`, under the significant rows of `pairs` (from `pairwise`)."""
+    means = {run: float(case_metrics.filter(pl.col("run_id") == run)[metric].mean() or 0.0)
+             for run in case_metrics["run_id"].unique()}
+    significant = [frozenset((r["a"], r["b"])) for r in pairs.filter(pl.col("significant")).iter_rows(named=True)]
+    return letter_display.tied_groups(means, significant)

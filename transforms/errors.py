@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 
@@ -28,15 +29,45 @@ def first_lines(lines: list[str], limit: int) -> str:
     return "\n".join(lines[:limit]) + more
 
 
+# A message names this many rejected records; the rest are counted (and all are in `rejects`).
+LISTED_REJECTS = 20
+
+
+@dataclass(frozen=True)
+class RejectTally:
+    """How many records were rejected, and the first LISTED_REJECTS of them in the order they
+    were found: what a message says, whatever their number."""
+
+    count: int = 0
+    first: tuple[Reject, ...] = ()
+
+    def __add__(self, other: RejectTally) -> RejectTally:
+        return RejectTally(self.count + other.count, (self.first + other.first)[:LISTED_REJECTS])
+
+
+def rejects_query(run_ids: list[str], warehouse: str | None = None) -> str:
+    """Where every reject of `run_ids` can be read: the `query` command that selects them
+    (`warehouse`: its --warehouse, when not the default). Run ids are safe names (SPEC 6), so
+    they stand quoted as they are."""
+    where = f"run_id = '{run_ids[0]}'" if len(run_ids) == 1 else f"run_id in ({', '.join(repr(r) for r in run_ids)})"
+    option = f" --warehouse {shlex.quote(warehouse)}" if warehouse else ""
+    return f'all are in the rejects view: retrieval-eval query "select * from rejects where {where}"{option}'
+
+
 class RejectedRecords(InputError):
     """A run holds rejected records and --allow-rejects was not given (`allow`: how the caller
-    allows them, the flag or the Python API's argument)."""
+    allows them, the flag or the Python API's argument). The message lists the first
+    LISTED_REJECTS and counts the others; `where_all` says where every one of them is."""
 
-    def __init__(self, run_id: str, rejects: list[Reject], allow: str = "--allow-rejects"):
+    def __init__(self, run_id: str, tally: RejectTally, allow: str = "--allow-rejects", where_all: str = ""):
         self.run_id = run_id
-        self.rejects = rejects
-        lines = "\n".join(r.describe() for r in rejects)
+        self.rejects = list(tally.first)
+        self.count = tally.count
+        lines = [r.describe() for r in tally.first]
+        if tally.count > len(lines):
+            lines.append(f"... and {tally.count - len(lines):,} more{'; ' + where_all if where_all else ''}")
+        body = "\n".join(lines)
         super().__init__(
-            f"run {run_id}: {len(rejects)} record(s) rejected, run not loaded "
-            f"(use {allow} to load the valid records):\n{lines}"
+            f"run {run_id}: {tally.count:,} record(s) rejected, run not loaded "
+            f"(use {allow} to load the valid records):\n{body}"
         )

@@ -15,8 +15,11 @@ The gate also fails when a baseline slice is missing now, when a baseline case i
 now (removed, or rejected and loaded with --allow-rejects) unless missing cases are allowed,
 when an absolute floor is given and not met, when the run is vacuous, and when the
 baseline's own run, recomputed, no longer reproduces the snapshot. Every gated line carries
-its minimum detectable drop at 80% power for its n; the statistics are paired_stats's, on
-the cases both runs scored, through transforms/comparison.py.
+its minimum detectable drop: the smallest drop the paired sign-flip test at alpha detects with
+80% power at its n (paired_stats.minimum_detectable_drop, inf when none is). The adjusted
+p-values name their family (`p_family`: Holm over the gated lines that have paired cases).
+The statistics are paired_stats's, on the cases both runs scored, through
+transforms/comparison.py.
 """
 
 from __future__ import annotations
@@ -30,10 +33,11 @@ import polars as pl
 from . import paired_stats
 from .aggregates import slice_rows
 from .baseline import rounded_as_snapshot
-from .comparison import adjusted
+from .comparison import adjusted, p_family
 from .flips import flipped_cases
 from .metrics import GATED as GATED_METRICS
 from .metrics import NAMES as METRICS
+from .tables import fmt_p
 
 DECISIONS = ("point", "significant", "non-inferior")
 REPRODUCE_ATOL = 1e-9
@@ -54,7 +58,7 @@ class GateLine:
     ci_high: float | None
     p_value: float | None  # the paired test's, before correction
     p_adjusted: float | None  # after Holm's correction over the gated lines (gated lines only)
-    mde: float | None  # minimum detectable drop at 80% power, alpha, for its n
+    mde: float | None  # minimum detectable drop of the test at alpha, 80% power, its n (inf: none)
     tolerance: float | None  # None: shown, not gated
     failed: bool
     note: str = ""
@@ -93,6 +97,7 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)
     n_rejected: int = 0  # records of the run that were rejected (left out of its figures)
     allow_missing_cases: bool = False
+    p_family: str = ""  # what the adjusted p-values were corrected over, in words
 
     @property
     def to_miss(self) -> list[dict]:
@@ -153,14 +158,17 @@ def _drop(baseline: float, current: float, tolerance: float,
 
 
 def _verdict(decision: str, baseline: float, current: float, tolerance: float,
-             comparison: paired_stats.PairedComparison | None, p_adjusted: float | None, alpha: float) -> str | None:
+             comparison: paired_stats.PairedComparison | None, p_adjusted: float | None, alpha: float,
+             family: str) -> str | None:
     """Why a gated line fails under `decision`, or None when it passes."""
     if decision == "point":
         return _drop(baseline, current, tolerance, comparison)
     if decision == "significant":
         dropped = _drop(baseline, current, tolerance, comparison)
         if dropped and p_adjusted is not None and p_adjusted < alpha:
-            return f"{dropped}, and p = {p_adjusted:.3g} < {alpha} (Holm)"
+            shown = fmt_p(p_adjusted, alpha)
+            relation = f"< {shown[1:]}" if shown.startswith("<") else f"= {shown}"
+            return f"{dropped}, and p {relation} < {alpha} ({family})"
         return None
     if decision == "non-inferior":
         if comparison is None or comparison.ci_low < -tolerance - EPSILON:
@@ -204,12 +212,12 @@ def compare(
         if comparison is not None and comparison.n == 0:  # no pair with the metric on both sides
             comparison = None
         baseline_values = slice_rows(baseline_cases, slice_, value)[metric].drop_nulls().to_numpy()
-        mde = paired_stats.minimum_detectable_drop(paired_stats.baseline_sd(baseline_values), len(baseline_values),
-                                                   alpha=alpha) if len(baseline_values) else None
+        mde = paired_stats.minimum_detectable_drop(baseline_values, alpha=alpha) if len(baseline_values) else None
         stats.append((comparison, mde))
     gated = [i for i, row in enumerate(rows) if _tolerance(row["slice"], tolerance, locale_tolerance) is not None
              and stats[i][0] is not None]
     holm = dict(zip(gated, adjusted(np.array([stats[i][0].p_value for i in gated]), "holm"), strict=True))
+    family = p_family("holm", len(gated), "gated line")
     lines = []
     for i, row in enumerate(rows):
         slice_, value, metric = row["slice"], row["slice_value"], row["metric"]
@@ -227,7 +235,7 @@ def compare(
             lines.append(GateLine(**common, current=None, n_current=0, failed=True, note="slice missing in this run"))
             continue
         note = None if limit is None else _verdict(decision, row["mean"], now["mean"], limit, comparison,
-                                                   common["p_adjusted"], alpha)
+                                                   common["p_adjusted"], alpha, family)
         lines.append(GateLine(**common, current=now["mean"], n_current=now["n"], failed=note is not None,
                               note=note or ""))
 
@@ -255,6 +263,7 @@ def compare(
         warnings=[*(notes or []), *detectability_warnings(lines, snapshot["k"])],
         n_rejected=int(run["n_rejected"]),
         allow_missing_cases=allow_missing_cases,
+        p_family=family,
     )
 
 
@@ -262,9 +271,10 @@ def detectability_warnings(lines: list[GateLine], k: int) -> list[str]:
     """Per gated slice, when the minimum detectable drop of its headline metric (hit@k)
     exceeds its tolerance: a drop of the tolerance cannot be told from noise at that n."""
     return [
-        f"{'all' if line.slice == 'all' else line.slice_value} n = {line.n_baseline}: a drop smaller than "
-        f"{line.mde:.2f} cannot be told from noise (hit@{k} at 80% power; tolerance "
-        f"{line.tolerance})"
+        f"{'all' if line.slice == 'all' else line.slice_value} n = {line.n_baseline}: "
+        + (f"a drop smaller than {line.mde:.2f} cannot be told from noise" if math.isfinite(line.mde)
+           else "no drop can be told from noise")
+        + f" (hit@{k}, the paired sign-flip test at 80% power; tolerance {line.tolerance})"
         for line in lines
         if line.metric == "hit_at_k" and line.tolerance is not None and line.mde is not None and line.mde > line.tolerance
     ]
@@ -310,6 +320,7 @@ def gate_json(result: GateResult) -> dict:
         "k": result.k,
         "decision": result.decision,
         "alpha": result.alpha,
+        "p_family": result.p_family,
         "passed": result.passed,
         "failures": result.failures,
         "warnings": result.warnings,
@@ -319,7 +330,8 @@ def gate_json(result: GateResult) -> dict:
              "baseline": line.baseline, "current": line.current, "delta": line.delta,
              "ci_low": line.ci_low, "ci_high": line.ci_high, "p_value": line.p_value,
              "p_adjusted": line.p_adjusted, "n": line.n_current, "n_baseline": line.n_baseline,
-             "mde": line.mde, "tolerance": line.tolerance, "failed": line.failed}
+             "mde": line.mde if line.mde is None or math.isfinite(line.mde) else None,
+             "tolerance": line.tolerance, "failed": line.failed}
             for line in result.lines
         ],
         "flips": [

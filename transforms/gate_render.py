@@ -4,10 +4,11 @@ or a pull-request comment, and the JSON document CI posts (transforms/gate.py `g
 from __future__ import annotations
 
 import json
-import re
+import math
 
 import polars as pl
 
+from .escaping import markdown_code_span, markdown_inline, markdown_text, terminal_text
 from .flips import REASONS, reasons_by_slice
 from .gate import GateResult, gate_json
 from .metrics import LABELS
@@ -20,8 +21,6 @@ from .tables import (
     fmt_p,
     layout_markdown,
     layout_text,
-    markdown_text,
-    printable,
     signed,
 )
 
@@ -47,14 +46,25 @@ def gate_table(result: GateResult, wide: bool = True) -> Table:
             fmt(line.current),
             signed(line.delta),
             ci,
-            fmt_p(line.p_adjusted) if line.tolerance is not None else "",
-            fmt(line.mde) if line.tolerance is not None else "",
+            fmt_p(line.p_adjusted, result.alpha) if line.tolerance is not None else "",
+            _fmt_mde(line.mde) if line.tolerance is not None else "",
             str(line.n_baseline),
             str(line.n_current),
             "—" if line.tolerance is None else f"{line.tolerance:.2f}",
             status,
         ])
     return Table(header, rows, align_right_from=2)
+
+
+def _fmt_mde(mde: float | None) -> str:
+    """The minimum detectable drop; ∞ where the test detects no drop with 80% power at that n."""
+    return "∞" if mde is not None and math.isinf(mde) else fmt(mde)
+
+
+def legend(result: GateResult) -> str:
+    """What the p and MDE columns mean: the family of the adjusted p-values, and the MDE's test."""
+    return (f"p (Holm): the paired sign-flip test's p-value, adjusted by {result.p_family}; MDE: the smallest "
+            f"drop that test detects at alpha {result.alpha} with 80% power at the line's n (∞: none)")
 
 
 def reasons_table(result: GateResult) -> Table:
@@ -68,16 +78,23 @@ def reasons_table(result: GateResult) -> Table:
     return Table(["hit → miss in", *REASONS, "total"], rows)
 
 
+def _flip_reason(flip: dict) -> str:
+    """Why a case flipped, said of the side that missed: this run's reason for a hit → miss
+    (for below_k, the rank its gold card is now first at); for a miss → hit, the baseline's."""
+    if flip["to"] == "miss":
+        return flip["reason"] + (f", now first at rank {flip['rank_after']}" if flip["reason"] == "below_k" else "")
+    rank = f", its gold first at rank {flip['rank_before']}" if flip["reason"] == "below_k" else ""
+    return f"the baseline missed: {flip['reason']}{rank}"
+
+
 def _flip_line(flip: dict) -> str:
-    rank = "" if flip["reason"] != "below_k" else f", now first at rank {flip['rank_after'] if flip['to'] == 'miss' else flip['rank_before']}"
-    return printable(f"{flip['case_id']} ({flip['locale']}, {flip['category']}): {flip['reason']}{rank}")
+    return terminal_text(f"{flip['case_id']} ({flip['locale']}, {flip['category']}): {_flip_reason(flip)}")
 
 
-def _code_span(text: str) -> str:
-    """`text` as a markdown code span: fenced by one more backtick than its longest run."""
-    text = printable(text)
-    fence = "`" * (1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
-    return f"{fence} {text} {fence}" if "`" in text else f"`{text}`"
+def _flip_item(flip: dict) -> str:
+    """A flip as a markdown list item's text: the case id as code, its locale and category as text."""
+    return (f"{markdown_code_span(flip['case_id'])} ({markdown_inline(flip['locale'])}, "
+            f"{markdown_inline(flip['category'])}): {markdown_inline(_flip_reason(flip))}")
 
 
 def render_gate(result: GateResult, colour: bool = False) -> str:
@@ -87,10 +104,12 @@ def render_gate(result: GateResult, colour: bool = False) -> str:
     shown = [line for line in result.lines if line.slice != "locale_category"]
     colours = {(i, len(table.header) - 1): RED for i, line in enumerate(shown) if line.failed} if colour else {}
     out = [
-        f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}, decision {result.decision}",
+        terminal_text(f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}, "
+                      f"decision {result.decision}"),
         f"{result.n_rejected} record(s) of the run were rejected (left out of its figures)",
         "",
         layout_text(table, colours),
+        legend(result),
         "(locale × category lines, shown and never gated, are in `--format markdown` and `--format json`)",
         "",
     ]
@@ -107,9 +126,9 @@ def render_gate(result: GateResult, colour: bool = False) -> str:
     if result.added or result.removed:
         out.append(f"{len(result.added)} case(s) added since the baseline, {len(result.removed)} removed "
                    "(paired figures use the cases in both)")
-        out += [f"  + {printable(case_id)}" for case_id in result.added[:LISTED_FLIPS]]
-        out += [f"  - {printable(case_id)}" for case_id in result.removed[:LISTED_FLIPS]]
-    out += [f"note: {warning}" for warning in result.warnings]
+        out += [f"  + {terminal_text(case_id)}" for case_id in result.added[:LISTED_FLIPS]]
+        out += [f"  - {terminal_text(case_id)}" for case_id in result.removed[:LISTED_FLIPS]]
+    out += [f"note: {terminal_text(warning)}" for warning in result.warnings]
     out.append("")
     if result.passed:
         out.append(green("PASS"))
@@ -120,7 +139,7 @@ def render_gate(result: GateResult, colour: bool = False) -> str:
             )
     else:
         out.append(red("FAIL"))
-        out += [f"  - {printable(reason)}" for reason in result.failures]
+        out += [f"  - {terminal_text(reason)}" for reason in result.failures]
     return "\n".join(out) + "\n"
 
 
@@ -128,15 +147,15 @@ def render_gate_markdown(result: GateResult) -> str:
     """The gate as markdown: for a CI job summary or a pull-request comment."""
     verdict = "✅ PASS" if result.passed else "❌ FAIL"
     out = [f"### retrieval-eval gate: {verdict}", "",
-           f"Run `{result.run_id}` against baseline `{result.baseline_run_id}` at k={result.k}, decision "
-           f"`{result.decision}`; {result.n_rejected} rejected record(s) in the run.", ""]
+           f"Run {markdown_code_span(result.run_id)} against baseline {markdown_code_span(result.baseline_run_id)} "
+           f"at k={result.k}, decision `{result.decision}`; {result.n_rejected} rejected record(s) in the run.", ""]
     if not result.passed:
         out += [f"- {markdown_text(reason)}" for reason in result.failures] + [""]
-    out += [layout_markdown(gate_table(result)), ""]
-    out += [f"> {warning}" for warning in result.warnings] + ([""] if result.warnings else [])
+    out += [layout_markdown(gate_table(result)), "", markdown_text(legend(result)), ""]
+    out += [f"> {markdown_text(warning)}" for warning in result.warnings] + ([""] if result.warnings else [])
     for title, flips in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
         out.append(f"**{len(flips)} case(s) flipped {title}**" + (":" if flips else ""))
-        out += [f"- {_code_span(f['case_id'])} {markdown_text(_flip_line(f).split(': ', 1)[1])}" for f in flips[:LISTED_FLIPS]]
+        out += [f"- {_flip_item(f)}" for f in flips[:LISTED_FLIPS]]
         out.append("")
     if result.to_miss:
         out += [layout_markdown(reasons_table(result)), ""]
@@ -145,3 +164,13 @@ def render_gate_markdown(result: GateResult) -> str:
 
 def render_gate_json(result: GateResult) -> str:
     return json.dumps(gate_json(result), indent=2, sort_keys=True) + "\n"
+
+
+def render_gate_verdict(result: GateResult) -> str:
+    """The gate in one line (`run --quiet`, the Prefect artifact's description): its verdict, and
+    on a failure every reason."""
+    what = f"gate: run {result.run_id} against baseline {result.baseline_run_id} at k={result.k}, decision {result.decision}"
+    if result.decision == "significant":
+        what += f" at alpha {result.alpha:g}"
+    verdict = "PASS" if result.passed else "FAIL: " + "; ".join(result.failures)
+    return terminal_text(f"{what}: {verdict}") + "\n"

@@ -10,8 +10,8 @@ Per comparison (`PairedComparison`): n, both means, the mean difference, its pai
 interval (percentile bootstrap, 2,000 resamples, fixed seed; the normal approximation
 above 50,000 cases, as the gate does), a two-sided p-value (default: the paired
 randomization test; or "bootstrap", or the paired "t" test), and wins / ties / losses
-(counts of d > 0, d == 0, d < 0). Across comparisons: `holm`, `benjamini_hochberg`,
-`minimum_detectable_drop`, and `tied_groups` of runs.
+(counts of d > 0, d == 0, d < 0). Across comparisons: `holm`, `benjamini_hochberg`;
+and the gate's `minimum_detectable_drop` (the power of this test under a stated model).
 
 The randomization test, as the SPEC states it. Flipping the sign of d_i moves
 T = Σ d_i by ±2|d_i|; zeros move nothing. With m nonzero differences:
@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Hashable, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import polars as pl
@@ -592,49 +592,81 @@ def benjamini_hochberg(p_values: Iterable[float]) -> np.ndarray:
     return _adjust(p_values, holm_rule=False)
 
 
-def baseline_sd(values: Sequence[float] | np.ndarray) -> float:
-    """Standard deviation of the baseline's per-case values (population: √(p(1−p)) for hit)."""
-    v = _clean(values)
-    return float(np.std(v)) if v.size else math.nan
+def discordant_cases_needed(alpha: float = 0.05) -> int | None:
+    """The fewest nonzero differences, all of one sign, that the sign-flip test rejects at `alpha`.
+
+    With m nonzero differences all of one sign only the two all-alike sign assignments reach
+    |T_obs|, so the exact p-value is 2·0.5^m (the smallest the test can give on m cases; for
+    binary pairs this is McNemar's exact test, which is the sign-flip test on discordant pairs).
+    Past 2^m > 100,000 the test counts 100,000 seeded flips and its p-value is at least
+    1/100,001, so it is taken at its expectation there. The gate rejects on p < alpha. None when
+    no m does (alpha at or below the sampled test's floor).
+    """
+    for m in range(1, 64):
+        exact = 2.0 * 0.5**m
+        p = exact if m <= _EXACT_MAX_NONZERO else (FLIPS * exact + 1.0) / (FLIPS + 1.0)
+        if p < alpha:
+            return m
+    return None
 
 
-def minimum_detectable_drop(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8) -> float:
-    """Smallest drop a two-sided test at `alpha` detects with `power`: (z_{1−α/2} + z_power)·sd/√n."""
-    if n <= 0:
+def _binomial_upper_tail(trials: int, at_least: int, q: float) -> float:
+    """P(Binomial(trials, q) ≥ at_least) = I_q(at_least, trials − at_least + 1)."""
+    if at_least <= 0:
+        return 1.0
+    if at_least > trials:
+        return 0.0
+    return regularized_incomplete_beta(at_least, trials - at_least + 1, q, 1.0 - q)
+
+
+def minimum_detectable_drop(baseline_values: Sequence[float] | np.ndarray, *, alpha: float = 0.05,
+                            power: float = 0.8) -> float:
+    """The smallest drop of a slice's mean that the gate's test detects with `power` at `alpha`.
+
+    The test is the two-sided paired sign-flip (randomization) test of this module at level
+    `alpha`; Holm's correction over the gated lines (decision `significant`) tests at alpha or
+    below, so it can only raise this figure. NaN baseline values (not scored) are left out.
+
+    Power model (the loss model): each case whose baseline value v_i is above 0 loses it
+    (falls to 0: its gold card leaves the top k) independently with probability q, and no case
+    gains, so the expected drop is q·Σv_i/n. The M cases lost are Binomial(n₊, q), n₊ the
+    cases above 0, all of one sign, and the test rejects exactly when M ≥ m* =
+    `discordant_cases_needed(alpha)` (p = 2·0.5^M). Power(q) = P(Binomial(n₊, q) ≥ m*) =
+    I_q(m*, n₊ − m* + 1) rises with q; q* is where it reaches `power` (bisection), and the
+    figure is q*·Σv_i/n, floored by the discreteness: no fewer than m* cases can be detected
+    at all, so never below the m* smallest positive v_i summed, over n.
+    - For a binary metric (hit) this is the power of McNemar's exact test (McNemar 1947;
+      Agresti, Categorical Data Analysis, 3rd ed., §11.1: the exact conditional test on the
+      discordant pairs, which the sign-flip test is on 0/1 pairs) when every discordant pair
+      is a loss. Losses and gains together (churn) make the test weaker at the same net
+      drop, so a drop below this figure cannot be detected with `power` whatever the churn:
+      at a baseline of 1.000 and n = 20, m* = 6 (2·0.5^6 < 0.05 ≤ 2·0.5^5), so at least 6/20.
+    - For graded metrics (recall, nDCG) it assumes whole losses; partial losses spread over
+      more cases are detected at a smaller drop, and churn at a larger one.
+
+    Returns inf when no drop is detectable with that power (fewer than m* cases above 0, or
+    no m* at this alpha), and inf for an empty slice.
+    """
+    values = _clean(baseline_values)
+    needed = discordant_cases_needed(alpha)
+    positive = np.sort(values[values > 0.0])
+    if needed is None or positive.size < needed:
         return math.inf
-    return (normal_quantile(1.0 - alpha / 2.0) + normal_quantile(power)) * sd / math.sqrt(n)
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        middle = (low + high) / 2.0
+        if _binomial_upper_tail(positive.size, needed, middle) >= power:
+            high = middle
+        else:
+            low = middle
+    model = high * math.fsum(positive) / values.size
+    return max(model, math.fsum(positive[:needed]) / values.size)
 
 
 def wins_ties_losses(deltas: Sequence[float] | np.ndarray) -> tuple[int, int, int]:
     """Counts of d > 0, d == 0 and d < 0 (NaN dropped)."""
     d = _clean(deltas)
     return int(np.count_nonzero(d > 0)), int(np.count_nonzero(d == 0)), int(np.count_nonzero(d < 0))
-
-
-def tied_groups(means: Mapping[Hashable, float],
-                significant_pairs: Iterable[frozenset]) -> list[list[Hashable]]:
-    """Groups of runs not significantly different from one another, like a compact letter display.
-
-    Runs are ordered by mean, highest first (equal means by run id as text). A group is a
-    maximal stretch of consecutive runs in that order in which no pair is in
-    `significant_pairs`; groups may overlap, every run is in at least one, and a run
-    significantly different from both neighbours is a group of its own. Groups come in
-    order of their first run.
-    """
-    order = sorted(means, key=lambda run: (-means[run], str(run)))
-    significant = {frozenset(pair) for pair in significant_pairs}
-    groups, furthest = [], 0
-    for start in range(len(order)):
-        end = start + 1
-        while end < len(order) and not any(frozenset((order[end], order[k])) in significant
-                                           for k in range(start, end)):
-            end += 1
-        # The stretch from the next start reaches at least as far, so one that ends where
-        # the previous one ended lies inside it.
-        if end > furthest:
-            groups.append(order[start:end])
-            furthest = end
-    return groups
 
 
 # ---------------------------------------------------------------------------------------

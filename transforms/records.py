@@ -92,20 +92,32 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _loads(text: str, **hooks) -> object:
+def _loads(text: str, max_depth: int | None = None, **hooks) -> object:
     """json.loads without NaN and Infinity (not JSON); nesting deeper than Python's recursion
-    allows is read by transforms/deep_json.py."""
+    allows is read by transforms/deep_json.py (up to `max_depth` containers, when given)."""
     try:
         return json.loads(text, parse_constant=_no_constants, **hooks)
     except RecursionError:  # as deep as Arrow's reader takes: the same verdict on both paths
-        return deep_json.loads(text, parse_constant=_no_constants, **hooks)
+        return deep_json.loads(text, parse_constant=_no_constants, max_depth=max_depth, **hooks)
 
 
-def strict_json_loads(text: str) -> object:
+class UnkeepableText(ValueError):
+    """A string of a kept document that cannot be written as UTF-8 (an unpaired surrogate)."""
+
+
+def strict_json_loads(text: str, max_depth: int | None = None) -> object:
     """A whole JSON document the project keeps (a manifest, whose config goes into the `runs`
     table, a baseline): a number beyond a double or a key written twice in one object (json.loads
-    would keep the last silently) is refused anywhere in it, as NaN and Infinity are."""
-    return _loads(text, object_pairs_hook=_unique_keys, parse_float=_finite_float, parse_int=_bounded_int)
+    would keep the last silently) is refused anywhere in it, as NaN and Infinity are; so is a
+    string with an unpaired UTF-16 surrogate escape (no UTF-8 file or table can hold it), and,
+    with `max_depth`, nesting deeper than that many containers (deep_json.TooDeep). Each
+    refusal names where in the document it stands."""
+    value = _loads(text, max_depth, object_pairs_hook=_unique_keys, parse_float=_finite_float, parse_int=_bounded_int)
+    if max_depth is not None and (deep := deep_json.too_deep(value, max_depth)) is not None:
+        raise deep_json.TooDeep(deep, max_depth)
+    if SURROGATE_ESCAPE.search(text) and (where := lone_surrogate_path(value)) is not None:
+        raise UnkeepableText(f"{deep_json.json_path(where) or deep_json.WHOLE_DOCUMENT}: holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF)")
+    return value
 
 
 def parse_json_line(text: str) -> object:
@@ -120,23 +132,36 @@ def written_twice(obj: dict, fields: frozenset[str]) -> str | None:
     return f"field {repeated[0]} is written twice" if repeated else None
 
 
-def _has_lone_surrogate(value: object) -> bool:
-    """Whether a string anywhere in `value` (keys included) holds an unpaired surrogate;
-    json.loads joins escaped pairs, so any surrogate left is alone."""
-    pending = [value]  # walked with a stack: a record may nest deeper than recursion allows
+def lone_surrogate_path(value: object) -> list[str | int] | None:
+    """Where a string of `value` (a key or a value) holds an unpaired surrogate — the path to
+    the key or the value — or None; json.loads joins escaped pairs, so any surrogate left is
+    alone."""
+    pending: list[tuple[object, list[str | int]]] = [(value, [])]  # a stack: a record may nest deeper than recursion allows
     while pending:
-        item = pending.pop()
+        item, path = pending.pop()
         if isinstance(item, str):
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return True
+            if not _encodes(item):
+                return path
         elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
+            for key, member in item.items():
+                if not _encodes(key):
+                    return [*path, key]
+                pending.append((member, [*path, key]))
         elif isinstance(item, list):
-            pending.extend(item)
-    return False
+            pending.extend((member, [*path, index]) for index, member in enumerate(item))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    return lone_surrogate_path(value) is not None
 
 
 def _finite(number: float) -> bool:

@@ -13,15 +13,18 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from .baseline import relevance_mismatch
-from .comparison import compare_runs
+from .comparison import compare_runs, p_family
 from .flips import flipped_cases, reasons_by_slice
 from .metrics import GATED, LABELS, NAMES
-from .tables import printable, signed
+from .tables import signed
 
 RECALL_CAVEAT = (
     "recall@k is a lower bound: gold is disjunctive (citing any one listed card satisfies a "
     "case), so a case can be fully served with recall below 1. hit@k is the headline figure."
 )
+# Only `must_cite_one_of` is disjunctive: `relevant_ids` and graded `relevance` (a TREC run's
+# qrels among them) list every relevant card, so recall there is recall, not a bound.
+DISJUNCTIVE_SOURCE = "must_cite_one_of"
 LOCALE_CAVEAT = "Per-locale and per-category figures are indicative: read them with their n."
 CI_NOTE = (
     "Slice intervals are 95% Wilson score intervals (conservative for metrics other than hit); "
@@ -29,6 +32,7 @@ CI_NOTE = (
     "randomization test tells from noise at 5%, after Holm's correction over every slice and metric compared."
 )
 CHANGE_SLICES = ["all", "locale", "category"]
+CHANGE_ALPHA = 0.05  # the level of the * of "what changed" (CI_NOTE says 5%)
 MOVED_LINES = 6  # the changes the report opens with: the largest, whatever their sign
 
 
@@ -71,6 +75,8 @@ class Changes:
     n_added: int
     n_removed: int
     notes: tuple[str, ...] = ()  # what the reader must know to read the figures (the k compared at)
+    p_family: str = ""  # what p (Holm) was adjusted over, in words
+    alpha: float = CHANGE_ALPHA
 
     def moved(self, limit: int = MOVED_LINES) -> pl.DataFrame:
         return self.lines.head(limit)
@@ -88,7 +94,19 @@ class Report:
     explorer: tuple[pl.DataFrame, dict] | None = None  # the case explorer's cases and meta
     uncompared: tuple[str, ...] = ()  # without changes: why a baseline given was not compared
     charts: dict[str, str] = field(default_factory=dict)  # chart name → file name in the report folder
-    notes: tuple[str, ...] = (RECALL_CAVEAT, LOCALE_CAVEAT, CI_NOTE)
+    notes: tuple[str, ...] = (LOCALE_CAVEAT, CI_NOTE)
+
+
+def report_notes(gold_sources: pl.Series) -> tuple[str, ...]:
+    """The notes a reader needs for the newest run, whose labelled cases' gold came from
+    `gold_sources` (the `cases` view's gold_source): the recall caveat only where gold is
+    disjunctive, and for how many cases when only some of them are."""
+    disjunctive = int((gold_sources == DISJUNCTIVE_SOURCE).sum())
+    if disjunctive == 0:
+        return (LOCALE_CAVEAT, CI_NOTE)
+    caveat = RECALL_CAVEAT if disjunctive == gold_sources.len() else (
+        f"For the {disjunctive} of {gold_sources.len()} labelled cases whose gold is {DISJUNCTIVE_SOURCE}, " + RECALL_CAVEAT)
+    return (caveat, LOCALE_CAVEAT, CI_NOTE)
 
 
 def run_report(run: dict, aggregates: pl.DataFrame, warnings: list[str] | None = None) -> RunReport:
@@ -186,12 +204,13 @@ def changes(newest_cases: pl.DataFrame, reference_cases: pl.DataFrame, *, run_id
         reference_cases.select("case_id", "locale", "category", *GATED).with_columns(pl.lit("reference").alias("run_id")),
         newest_cases.select("case_id", "locale", "category", *GATED).with_columns(pl.lit(run_id).alias("run_id")),
     ])
-    lines = compare_runs(both, "reference", metrics=list(GATED), slices=CHANGE_SLICES)
+    lines = compare_runs(both, "reference", metrics=list(GATED), slices=CHANGE_SLICES, alpha=CHANGE_ALPHA)
     lines = lines.sort(pl.col("delta").abs(), "slice", "slice_value", descending=[True, False, False])
     flips = flipped_cases(reference_cases, newest_cases, unknown_gold)
     reference_ids, newest_ids = set(reference_cases["case_id"]), set(newest_cases["case_id"])
+    family = p_family("holm", lines.height, "slice × metric change", " compared")
     return Changes(run_id, reference, k, lines, flips, reasons_by_slice(flips), len(reference_ids & newest_ids),
-                   len(newest_ids - reference_ids), len(reference_ids - newest_ids), notes)
+                   len(newest_ids - reference_ids), len(reference_ids - newest_ids), notes, p_family=family)
 
 
 def baseline_set_aside(baseline: dict, newest: RunReport, newest_level: int | None) -> str | None:
@@ -236,7 +255,7 @@ def headline_of(changes: Changes) -> str:
 
 
 def change_phrase(row: dict, k: int) -> str:
-    where = "all" if row["slice"] == "all" else printable(row["slice_value"])
+    where = "all" if row["slice"] == "all" else row["slice_value"]
     mark = " *" if row["significant"] else ""
     return (f"{where} {LABELS[row['metric']]}@{k} {signed(row['delta'])} "
             f"(95% CI {signed(row['ci_low'])} … {signed(row['ci_high'])}){mark}")
@@ -258,8 +277,15 @@ def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl
     hit = pl.col("hit_at_k").cast(pl.Int8).alias("hit")
     no_ids = pl.lit([], dtype=pl.List(pl.String))
     shown = pl.col("cards").fill_null(no_ids)
-    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", "question",
-                          pl.col("gold").fill_null(no_ids), shown.alias("retrieved"), "n_cards")
+    # a graded case's evidence: its nDCG at k, the grades of its retrieved cards by card rank,
+    # and every grade above 0 it has (the ideal ranking)
+    # and its cards' retrieval scores (kept for graded cases only: at 20,000 cases they would
+    # add a number per listed card to the page for every case)
+    is_graded = pl.col("gold_source") == "relevance"
+    graded = [pl.col("ndcg_at_k").alias("ndcg"), pl.col("graded_ranks").alias("grades"), "ideal_gains",
+              pl.when(is_graded).then(pl.col("card_scores")).alias("scores")]
+    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", "question", "gold_source",
+                          pl.col("gold").fill_null(no_ids), shown.alias("retrieved"), "n_cards", *graded)
     if flips is not None:
         flip = pl.concat_str(pl.col("from"), pl.lit("-"), pl.col("to")).alias("flip")
         cases = cases.join(flips.select("case_id", flip, "reason"), on="case_id", how="left", maintain_order="left")
@@ -268,7 +294,7 @@ def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl
     if previous is not None:
         before = previous.select("case_id", pl.struct(
             hit, "first_relevant_rank", shown.alias("retrieved"), "n_cards",
-            pl.col("gold").fill_null(no_ids)).alias("before"))
+            pl.col("gold").fill_null(no_ids), *graded).alias("before"))
         cases = cases.join(before, on="case_id", how="left", maintain_order="left")
     else:
         cases = cases.with_columns(pl.lit(None).alias("before"))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from html import escape
 from itertools import chain
 
 import polars as pl
 
 from .case_explorer import ChunkMap, explorer_section
 from .charts_of_report import CHART_TITLES
+from .escaping import html_text, markdown_text, terminal_text
 from .flips import REASONS
 from .metrics import LABELS, NAMES
 from .report import Changes, Report, RunReport, change_phrase, headline_of, signed
@@ -29,7 +29,6 @@ from .tables import (
     layout_html,
     layout_markdown,
     layout_text,
-    markdown_text,
 )
 
 TERMINAL_SLICES = ("all", "locale", "category")
@@ -61,7 +60,7 @@ def changes_table(changes: Changes, limit: int | None = None) -> Table:
         ["all" if r["slice"] == "all" else f"{r['slice']} {r['slice_value']}",
          f"{LABELS[r['metric']]}@{changes.k}", fmt(r["reference_mean"]), fmt(r["mean"]),
          signed(r["delta"]) + (" *" if r["significant"] else ""),
-         f"{signed(r['ci_low'])} … {signed(r['ci_high'])}", fmt_p(r["p_adjusted"]), str(r["n"])]
+         f"{signed(r['ci_low'])} … {signed(r['ci_high'])}", fmt_p(r["p_adjusted"], changes.alpha), str(r["n"])]
         for r in lines.iter_rows(named=True)
     ]
     return Table(["slice", "metric", "before", "now", "Δ", "paired 95% CI", "p (Holm)", "n"], rows, 2)
@@ -155,6 +154,7 @@ def changes_summary(changes: Changes) -> list[str]:
                  + f", {to_hit} miss → hit; {changes.n_shared} cases compared"
                  + (f", {changes.n_added} added, {changes.n_removed} removed" if changes.n_added or changes.n_removed else ""))
     lines += [f"  note: {note}" for note in changes.notes]
+    lines.append(f"  p (Holm) is adjusted by {changes.p_family}; * = p (Holm) < {changes.alpha}")
     return lines
 
 
@@ -170,11 +170,12 @@ def render_terminal(report: Report, colour: bool = False) -> str:
     bold = (lambda s: f"{BOLD}{s}{RESET}") if colour else (lambda s: s)
     out = []
     if report.changes is not None:
-        summary = changes_summary(report.changes)
+        summary = [terminal_text(line) for line in changes_summary(report.changes)]
         out += [bold(summary[0]), *summary[1:], ""]
         out += [indent(layout_text(changes_table(report.changes, limit=6))), ""]
     elif report.newest is not None:
-        out += [bold(nothing_to_compare(report.newest)), *[f"  note: {note}" for note in report.uncompared], ""]
+        out += [bold(terminal_text(nothing_to_compare(report.newest))),
+                *[f"  note: {terminal_text(note)}" for note in report.uncompared], ""]
     total = report.runs.height
     shown = min(total, TERMINAL_RUNS)
     title = f"retrieval-eval — {total} run(s), headline figures on all labelled cases"
@@ -188,13 +189,14 @@ def render_terminal(report: Report, colour: bool = False) -> str:
     out += [layout_text(table, colours), ""]
     run = report.newest
     if run is not None:
-        out.append(bold(f"Newest run {run.run_id}") + f"  created {run.created_at}, headline k={run.headline_k}")
+        out.append(bold(f"Newest run {terminal_text(run.run_id)}")
+                   + f"  created {terminal_text(run.created_at)}, headline k={run.headline_k}")
         out.append(f"  {run.n_cases} cases, {run.n_labelled} labelled (scored), {run.n_rejected} rejected")
-        out += ["  " + (f"{RED}!{RESET}" if colour else "!") + " " + warning for warning in run.warnings]
+        out += ["  " + (f"{RED}!{RESET}" if colour else "!") + " " + terminal_text(warning) for warning in run.warnings]
         out += ["", indent(layout_text(slice_table(run, TERMINAL_SLICES))), ""]
         if len(run.ks) > 1:
             out += ["  k sweep, slice all (* = headline k):", indent(layout_text(sweep_table(run))), ""]
-    out += list(report.notes)
+    out += [terminal_text(note) for note in report.notes]
     return "\n".join(out) + "\n"
 
 
@@ -341,13 +343,13 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
     first_text = True
     for block in report_blocks(report):
         if block.kind == "heading":
-            parts.append(f"<h{block.level}>{escape(block.text)}</h{block.level}>")
+            parts.append(f"<h{block.level}>{html_text(block.text)}</h{block.level}>")
         elif block.kind == "text":
             css = ' class="lead"' if first_text and report.newest is not None else ""
             first_text = False
-            parts.append(f"<p{css}>{escape(block.text)}</p>")
+            parts.append(f"<p{css}>{html_text(block.text)}</p>")
         elif block.kind in ("note", "warning"):
-            parts.append(f'<p class="{block.kind}">{escape(block.text)}</p>')
+            parts.append(f'<p class="{block.kind}">{html_text(block.text)}</p>')
         elif block.kind == "table":
             table = layout_html(block.table)
             if block.table.header[0] in LABELLED_TABLES:
@@ -355,7 +357,7 @@ def render_html(report: Report, images: dict[str, bytes], *, explorer_script: st
             parts.append(table)
         elif block.kind == "images":
             figures = [
-                f'<figure aria-label="{escape(CHART_TITLES[name])}">{images[report.charts[name]].decode("utf-8")}</figure>'
+                f'<figure aria-label="{html_text(CHART_TITLES[name])}">{images[report.charts[name]].decode("utf-8")}</figure>'
                 for name in block.images if name in report.charts and report.charts[name] in images
             ]
             if figures:

@@ -1,4 +1,5 @@
-"""The `runs` row of one run: its manifest, the account of its records, and its flags."""
+"""The `runs` row of one run: its manifest, the account of its records, its flags, and the KB
+it was judged against."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ RUNS_SCHEMA = {
     "source_file": pl.String,
     "artifact_digest": pl.String,
     "evaluation_key": pl.String,
+    "kb_uri": pl.String,  # the KB file (absolute path); null: the run had no KB
+    "kb_digest": pl.String,  # "blake3:" + the digest of that file's bytes
 }
 COUNTS = ("n_cases", "n_labelled", "n_labelled_with_retrieval", "max_depth")
 
@@ -51,6 +54,8 @@ def run_summary(
     source_file: str,
     artifact_digest: str,
     evaluation_key: str,
+    kb_uri: str | None = None,
+    kb_digest: str | None = None,
 ) -> pl.DataFrame:
     """One row. A run is vacuous (SPEC 2.9) when it has labelled cases and none retrieved anything."""
     return pl.DataFrame(
@@ -74,6 +79,8 @@ def run_summary(
             "source_file": [source_file],
             "artifact_digest": [artifact_digest],
             "evaluation_key": [evaluation_key],
+            "kb_uri": [kb_uri],
+            "kb_digest": [kb_digest],
         },
         schema=RUNS_SCHEMA,
     )

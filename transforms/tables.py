@@ -4,9 +4,10 @@ renderings cannot disagree."""
 
 from __future__ import annotations
 
-import re
+import math
 from dataclasses import dataclass, replace
-from html import escape
+
+from .escaping import html_text, markdown_inline, terminal_text
 
 GREEN, RED, BOLD, RESET = "\x1b[32m", "\x1b[31m", "\x1b[1m", "\x1b[0m"
 
@@ -29,33 +30,25 @@ def signed(value: float | None) -> str:
     return f"{round(value, 3) + 0.0:+.3f}".replace("-", "−")
 
 
-def fmt_p(value: float | None) -> str:
-    if value is None:
+def fmt_p(value: float | None, alpha: float | None = None) -> str:
+    """A p-value as every rendering prints it: three decimals, "<0.001" below that. Given the
+    `alpha` its star is judged at (significant: p < alpha), the printed p reads on the same side
+    of alpha as p itself: 0.0499 prints as 0.0499, never 0.050 beside a star."""
+    if value is None or math.isnan(value):
         return "—"
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
-
-
-# Control characters of user values (a newline in a category, a tab in a case id) shown as
-# escapes: one of them would break a line of the terminal or a row of a markdown table.
-_VISIBLE_CONTROLS = {code: f"\\x{code:02x}" for code in [*range(0x20), *range(0x7F, 0xA0)]} | {
-    ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"}
-# What markdown would read as HTML: a tag (a case id `<script>`) or an entity (`&amp;`); `<` and
-# `&` before anything else (`<0.001`) are text already.
-_MARKDOWN_HTML = re.compile(r"<(?=[A-Za-z/!?])|&(?=[A-Za-z#])")
-
-
-def printable(text: str) -> str:
-    return text.translate(_VISIBLE_CONTROLS)
-
-
-def markdown_text(text: str) -> str:
-    """`text` as markdown shows it: control characters as escapes, HTML's characters as entities."""
-    return _MARKDOWN_HTML.sub(lambda m: "&lt;" if m.group() == "<" else "&amp;", text.translate(_VISIBLE_CONTROLS))
+    if value < 0.001 and (alpha is None or alpha > 0.001):
+        return "<0.001"
+    for digits in range(3, 18):
+        text = f"{value:.{digits}f}" if value >= 0.001 else f"{value:.{digits - 2}g}"
+        if alpha is None or (float(text) < alpha) == (value < alpha):
+            return text
+    return repr(value)
 
 
 def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = None) -> str:
     """Aligned columns; `colour_cells` maps (row, column) to an ANSI colour."""
-    table = replace(table, header=[printable(h) for h in table.header], rows=[[printable(c) for c in row] for row in table.rows])
+    table = replace(table, header=[terminal_text(h) for h in table.header],
+                    rows=[[terminal_text(c) for c in row] for row in table.rows])
     widths = [len(h) for h in table.header]
     for row in table.rows:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
@@ -74,7 +67,7 @@ def layout_text(table: Table, colour_cells: dict[tuple[int, int], str] | None = 
 
 def layout_markdown(table: Table) -> str:
     def line(cells: list[str]) -> str:
-        return "| " + " | ".join(markdown_text(c).replace("|", "\\|") for c in cells) + " |"
+        return "| " + " | ".join(markdown_inline(c) for c in cells) + " |"
 
     aligns = ["---" if i < table.align_right_from else "---:" for i in range(len(table.header))]
     return "\n".join([line(table.header), line(aligns)] + [line(r) for r in table.rows])
@@ -83,7 +76,7 @@ def layout_markdown(table: Table) -> str:
 def layout_html(table: Table) -> str:
     def cell(tag: str, text: str, col: int) -> str:
         cls = ' class="num"' if col >= table.align_right_from else ""
-        return f"<{tag}{cls}>{escape(text)}</{tag}>"
+        return f"<{tag}{cls}>{html_text(text)}</{tag}>"
 
     head = "".join(cell("th", h, i) for i, h in enumerate(table.header))
     body = "".join("<tr>" + "".join(cell("td", c, i) for i, c in enumerate(row)) + "</tr>" for row in table.rows)

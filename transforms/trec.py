@@ -6,7 +6,8 @@ Reading and writing the files is flows/trec_files.py's and flows/export.py's.
 
 The reading rules, trec_eval's unless said:
 - A run line is `qid Q0 docno rank score tag`, split on runs of C whitespace; the first
-  six fields are read and any further ones ignored; rank and tag are not used.
+  six fields are read and any further ones ignored; rank is not used, and the tag of the last
+  valid line is the run's `runid`, as trec_eval takes it.
 - A topic is ranked by score descending, ties by docno descending in byte order; file
   order and the rank column never re-sort it.
 - Where we differ: blank lines and lines whose first field starts with `#` are skipped
@@ -74,11 +75,13 @@ TREC_EVAL_ORDER = ("reciprocal_rank_at_k", "precision_at_k", "recall_at_k", "ndc
 @dataclass(frozen=True)
 class Block:
     """Whole lines of a file: `data` starts at line `first_line` (1-based) and holds
-    `n_lines` lines."""
+    `n_lines` lines; `rejects` are lines found bad while the block was cut (one longer than
+    the limit, left blank in `data`)."""
 
     data: bytes
     first_line: int
     n_lines: int
+    rejects: tuple[Reject, ...] = ()
 
 
 class TopicCameBack(Exception):
@@ -91,7 +94,8 @@ class TopicCameBack(Exception):
 
 def _blank_invalid_utf8(block: Block, display_name: str) -> tuple[bytes, list[Reject]]:
     """The block's bytes with every line that is not UTF-8 made blank (so line numbers hold),
-    and a reject for each such line."""
+    and a reject for each such line. A last line without a line end that is made blank keeps
+    one, or the block would lose that line."""
     rejects = []
     lines = block.data.split(b"\n")
     for i, line in enumerate(lines):
@@ -102,7 +106,10 @@ def _blank_invalid_utf8(block: Block, display_name: str) -> tuple[bytes, list[Re
             reason = f"not valid UTF-8 ({error.reason} at byte {error.start})"
             rejects.append(Reject(display_name, block.first_line + i, reason, raw))
             lines[i] = b""
-    return b"\n".join(lines), rejects
+    data = b"\n".join(lines)
+    if lines[-1] == b"" and not block.data.endswith(b"\n"):
+        data += b"\n"
+    return data, rejects
 
 
 def _utf8_safe(parse: Callable[[bytes], T], block: Block, display_name: str) -> tuple[T, list[Reject]]:
@@ -187,18 +194,20 @@ _SCORE_PROBLEM = (
 )
 
 
-def _run_rows(data: bytes, block: Block, display_name: str) -> tuple[pl.DataFrame, list[Reject]]:
+def _run_rows(data: bytes, block: Block, display_name: str) -> tuple[pl.DataFrame, list[Reject], str | None]:
     split = _single_space_split(data, RUN_FIELDS)
     if split.height == block.n_lines:
         suspect = _suspect_rows(split, data, RUN_FIELDS)
         suspect_index = suspect.arg_true().cast(pl.Int64)
         clean = split.select(
-            pl.int_range(0, pl.len(), dtype=pl.Int64).alias("index"), "qid", "docno", pl.col("score").alias("score_text")
+            pl.int_range(0, pl.len(), dtype=pl.Int64).alias("index"), "qid", "docno", pl.col("score").alias("score_text"),
+            "tag",
         )
         if suspect_index.len():
             clean = clean.filter(~suspect)
     else:  # only a row per line keeps the line numbers: split every line again
-        clean = pl.DataFrame(schema={"index": pl.Int64, "qid": pl.String, "docno": pl.String, "score_text": pl.String})
+        clean = pl.DataFrame(schema={"index": pl.Int64, "qid": pl.String, "docno": pl.String, "score_text": pl.String,
+                                     "tag": pl.String})
         suspect_index = pl.int_range(0, block.n_lines, eager=True, dtype=pl.Int64)
     rejects: list[Reject] = []
     rows = clean
@@ -213,7 +222,8 @@ def _run_rows(data: bytes, block: Block, display_name: str) -> tuple[pl.DataFram
         )
         rejects += _rejects(short, display_name)
         fixed = records.filter(pl.col("field_5").is_not_null()).select(
-            "index", pl.col("field_0").alias("qid"), pl.col("field_2").alias("docno"), pl.col("field_4").alias("score_text")
+            "index", pl.col("field_0").alias("qid"), pl.col("field_2").alias("docno"), pl.col("field_4").alias("score_text"),
+            pl.col("field_5").str.split(" ").list.first().alias("tag"),  # the fields after the sixth are not the tag
         )
         rows = pl.concat([clean, fixed]).sort("index")
     rows = rows.with_columns(pl.col("score_text").cast(pl.Float64, strict=False).alias("score"))
@@ -229,14 +239,17 @@ def _run_rows(data: bytes, block: Block, display_name: str) -> tuple[pl.DataFram
             display_name,
         )
         rows = rows.filter(valid)
-    return rows.select("qid", "docno", "score"), rejects
+    last_tag = rows["tag"][-1] if rows.height else None
+    return rows.select("qid", "docno", "score"), rejects, last_tag
 
 
-def run_rows(block: Block, display_name: str) -> tuple[pl.DataFrame, list[Reject]]:
-    """The valid run lines of a block as rows (qid, docno, score) in file order, and its
-    malformed lines as rejects in line order."""
-    (rows, rejects), not_utf8 = _utf8_safe(lambda data: _run_rows(data, block, display_name), block, display_name)
-    return rows, sorted(rejects + not_utf8, key=lambda reject: reject.line)
+def run_rows(block: Block, display_name: str) -> tuple[pl.DataFrame, list[Reject], str | None]:
+    """The valid run lines of a block as rows (qid, docno, score) in file order, its
+    malformed lines as rejects in line order, and the tag of its last valid line (trec_eval's
+    `runid` is the tag of the run's last line)."""
+    (rows, rejects, last_tag), not_utf8 = _utf8_safe(lambda data: _run_rows(data, block, display_name), block,
+                                                     display_name)
+    return rows, sorted(rejects + not_utf8 + list(block.rejects), key=lambda reject: reject.line), last_tag
 
 
 _ITEM = pl.struct(pl.col("docno").alias("id"), pl.lit(None, pl.String).alias("parent_id"), "score").alias("item")
@@ -324,7 +337,7 @@ def qrels_rows(block: Block, display_name: str) -> tuple[pl.DataFrame, list[Reje
     malformed lines as rejects in line order. Every line goes through the whitespace split:
     qrels are small beside runs."""
     (rows, rejects), not_utf8 = _utf8_safe(lambda data: _qrels_rows(data, block, display_name), block, display_name)
-    return rows, sorted(rejects + not_utf8, key=lambda reject: reject.line)
+    return rows, sorted(rejects + not_utf8 + list(block.rejects), key=lambda reject: reject.line)
 
 
 def judgments(rows: list[pl.DataFrame]) -> pl.DataFrame:
@@ -397,7 +410,7 @@ def unwritable_topics(case_ids: pl.Series, limit: int = 5) -> list[str]:
     return sorted(holding, key=str.encode)[:limit]
 
 
-def trec_eval_q_text(case_metrics: pl.DataFrame, k: int, run_id: str) -> str:
+def trec_eval_q_text(case_metrics: pl.DataFrame, k: int, runid: str) -> str:
     """Per-case metrics at cutoff `k` as `trec_eval -q` prints them: for each case in byte
     order of case_id, our metrics in trec_eval's print order under their trec_eval names
     (transforms/metrics.py), `name<TAB>case<TAB>value` with the name in 22 columns and the
@@ -407,7 +420,7 @@ def trec_eval_q_text(case_metrics: pl.DataFrame, k: int, run_id: str) -> str:
     lines = []
     for row in rows.select("case_id", *[m.name for m in chosen]).iter_rows(named=True):
         lines += [f"{m.trec_eval_name(k):<22}\t{row['case_id']}\t{row[m.name]:6.4f}" for m in chosen]
-    lines += [f"{'runid':<22}\tall\t{run_id}", f"{'num_q':<22}\tall\t{rows.height}"]
+    lines += [f"{'runid':<22}\tall\t{runid}", f"{'num_q':<22}\tall\t{rows.height}"]
     means = rows.select(pl.col(m.name).mean() for m in chosen).row(0) if rows.height else [0.0] * len(chosen)
     lines += [f"{m.trec_eval_name(k):<22}\tall\t{mean:6.4f}" for m, mean in zip(chosen, means, strict=True)]
     return "".join(line + "\n" for line in lines)

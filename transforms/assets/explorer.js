@@ -21,12 +21,19 @@
   const numbers = new Intl.NumberFormat("en");
 
   const FLIP_LABELS = { "hit-miss": "hit → miss", "miss-hit": "miss → hit" };
+  // Why the side of a flip that missed missed (transforms/flips.py): this run for hit → miss,
+  // the run before for miss → hit. `missed` is that side's figures, `is` the verb of its tense.
   const REASONS = {
-    gold_changed: () => "its gold cards changed since the run before",
-    gold_not_in_kb: () => "its gold cards are not in the KB",
-    empty_retrieval: () => "nothing was retrieved",
-    not_retrieved: () => "no gold card is in the retrieved list",
-    below_k: (c) => `its first gold card is now at rank ${c.first_relevant_rank}, below k = ${k}`,
+    gold_changed: () => "the gold cards differ between the two runs",
+    gold_not_in_kb: (missed, is) => `a gold card ${is} not in the KB`,
+    empty_retrieval: () => "it retrieved nothing",
+    not_retrieved: (missed, is) => `no gold card ${is} in the retrieved list`,
+    below_k: (missed, is) => `the first gold card ${is} at rank ${missed.first_relevant_rank}, below k = ${k}`,
+  };
+  const GOLD_HEADERS = {
+    must_cite_one_of: "Gold cards (must_cite_one_of: citing any one counts)",
+    relevant_ids: "Relevant cards (relevant_ids: each one counts toward recall)",
+    relevance: "Relevant cards (graded relevance: the grade of each retrieved card is beside it)",
   };
 
   function el(tag, className, text) {
@@ -204,9 +211,9 @@
       detail.appendChild(question);
     }
     if (c.flip) detail.appendChild(flipNote(c));
-    detail.appendChild(goldCards(c.gold));
+    detail.appendChild(goldCards(c));
     const runs = el("div", "cx-runs");
-    runs.appendChild(runColumn("This run", meta.run_id, c, c.gold));
+    runs.appendChild(runColumn("This run", meta.run_id, c, c.gold, c.gold_source === "relevance"));
     runs.appendChild(beforeColumn(c));
     detail.appendChild(runs);
     return detail;
@@ -216,9 +223,11 @@
     const note = el("p", "cx-reason cx-reason-" + c.flip);
     note.appendChild(el("strong", null, "Flipped " + (FLIP_LABELS[c.flip] || c.flip)));
     if (c.reason) {
+      const beforeMissed = c.flip === "miss-hit";
       const explain = REASONS[c.reason];
-      note.append(" — ", el("code", "cx-reason-code", c.reason));
-      if (explain) note.append(": " + explain(c));
+      note.append(beforeMissed ? " — the run before missed: " : " — this run missed: ",
+                  el("code", "cx-reason-code", c.reason));
+      if (explain) note.append(": " + explain(beforeMissed ? c.before || {} : c, beforeMissed ? "was" : "is"));
     }
     return note;
   }
@@ -235,9 +244,13 @@
     return text;
   }
 
-  function goldCards(gold) {
+  function goldCards(c) {
+    const gold = c.gold;
     const section = el("section", "cx-gold");
-    section.appendChild(el("h3", null, "Gold cards (citing any one counts)"));
+    section.appendChild(el("h3", null, GOLD_HEADERS[c.gold_source] || "Gold cards"));
+    if (c.gold_source === "relevance" && c.ideal_gains && c.ideal_gains.length) {
+      section.appendChild(el("p", "cx-grades", "Grades above 0 of this case: " + c.ideal_gains.join(", ")));
+    }
     if (!gold.length) {
       section.appendChild(el("p", "cx-empty", "No gold card."));
       return section;
@@ -252,7 +265,7 @@
     return section;
   }
 
-  function outcome(run) {
+  function outcome(run, graded) {
     const line = el("p", "cx-outcome");
     line.append(
       `hit@${k}: `,
@@ -260,20 +273,33 @@
       " · first relevant rank: ",
       el("span", "cx-first-rank", rankText(run.first_relevant_rank)),
     );
+    if (graded && run.ndcg !== null && run.ndcg !== undefined) {
+      line.append(` · nDCG@${k}: `, el("span", "cx-ndcg", run.ndcg.toFixed(3)));
+    }
     return line;
   }
 
-  function runColumn(title, runId, run, gold) {
+  // card rank -> grade of a graded case's retrieved cards
+  function gradesByRank(run) {
+    const grades = new Map();
+    for (const g of run.grades || []) grades.set(g.rank, g.grade);
+    return grades;
+  }
+
+  function runColumn(title, runId, run, gold, graded) {
     const section = el("section", "cx-run");
     const heading = el("h3", null, title + " ");
     heading.appendChild(el("span", "cx-run-id", runId));
-    section.append(heading, outcome(run), rankedCards(run.retrieved, run.n_cards, new Set(gold)));
+    const grades = graded ? gradesByRank(run) : null;
+    section.append(heading, outcome(run, graded),
+                   rankedCards(run.retrieved, run.n_cards, new Set(gold), grades, run.scores || null));
     return section;
   }
 
   function beforeColumn(c) {
     if (c.before) {
-      const column = runColumn("Run before", meta.previous_run_id, c.before, c.before.gold || c.gold);
+      const column = runColumn("Run before", meta.previous_run_id, c.before, c.before.gold || c.gold,
+                               c.gold_source === "relevance");
       column.classList.add("cx-before");
       return column;
     }
@@ -286,9 +312,14 @@
     return section;
   }
 
+  // a retrieval score as the artifact gave it, to four significant digits
+  function formatScore(score) {
+    return Number.isInteger(score) ? String(score) : String(Number(score.toPrecision(4)));
+  }
+
   // retrieved cards in rank order, with a line at the headline-k cutoff: the cards above
-  // it are the ones hit@k looks at
-  function rankedCards(retrieved, total, gold) {
+  // it are the ones hit@k looks at; a graded case's cards carry their retrieval scores
+  function rankedCards(retrieved, total, gold, grades, scores) {
     const wrap = el("div", "cx-ranked");
     if (!retrieved.length) {
       // a run evaluated before the warehouse kept each case's cards lists none of them
@@ -308,6 +339,9 @@
       const item = el("li", gold.has(cardId) ? "cx-card cx-is-gold" : "cx-card");
       item.append(el("span", "cx-rank-no", String(position + 1)), cardText(cardId));
       if (gold.has(cardId)) item.appendChild(el("span", "cx-gold-mark", "gold"));
+      if (grades && grades.has(position + 1)) item.appendChild(el("span", "cx-grade", "grade " + grades.get(position + 1)));
+      const score = scores ? scores[position] : null;
+      if (score !== null && score !== undefined) item.appendChild(el("span", "cx-score", "score " + formatScore(score)));
       ranks.appendChild(item);
     });
     if (retrieved.length <= k && total === retrieved.length) {
