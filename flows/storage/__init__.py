@@ -1,0 +1,36 @@
+"""The storage layer, the lowest of flows/ (it imports nothing else of the project): where
+data lives (`locations`), the `Store` interface and its two implementations (`LocalStore`,
+a folder; `ObjectStore`, a bucket), their errors, a local cache of immutable objects, and
+DuckDB's way into a bucket (`duckdb_filesystem`). `open_store` turns a location given by a
+user into a store and the key prefix inside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError, StoreUnavailable
+from .local_store import LocalStore
+from .locations import Location, LocationError, join_key, parse_location
+from .store import ObjectInfo, Store
+
+__all__ = [
+    "AccessDenied", "AlreadyExists", "CorruptObject", "Location", "LocationError", "LocalStore",
+    "NotFound", "ObjectInfo", "Store", "StoreError", "StoreUnavailable", "join_key", "open_store",
+    "parse_location",
+]
+
+
+def open_store(location: str | Location) -> tuple[Store, str]:
+    """The store that holds `location` and the key prefix of the location inside it. A local
+    path is a LocalStore at the filesystem's root with the absolute path as prefix (so keys
+    read the same as on a bucket); a bucket URI is an ObjectStore of that bucket."""
+    if isinstance(location, str):
+        location = parse_location(location)
+    if location.is_local:
+        return LocalStore(Path("/")), location.path
+    try:
+        # Optional dependency (the `s3` extra): a local-only install never imports it.
+        from .object_store import ObjectStore
+    except ImportError:
+        raise StoreError(f"{location}: object storage needs the s3 extra: pip install 'retrieval-eval[s3]'") from None
+    return ObjectStore(location), location.path
