@@ -36,6 +36,7 @@ from .. import __version__
 from ..transforms.errors import InputError
 from ..transforms.manifest import is_safe_run_id
 from .interrupts import interrupts_deferred
+from .storage.local_store import fsync_path
 
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 LOG = "_log"
@@ -159,15 +160,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file, or a folder's entries, to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_new_file(path: Path, text: str) -> None:
     """Write `path` whole or not at all, refusing to replace it: written aside, flushed, then
     linked into place (a second writer of the same name fails instead of overwriting)."""
@@ -180,7 +172,7 @@ def write_new_file(path: Path, text: str) -> None:
         os.link(aside, path)
     finally:
         aside.unlink()
-    _fsync(path.parent)
+    fsync_path(path.parent)
 
 
 def shown_path(path: Path) -> str:
@@ -464,7 +456,7 @@ class Transaction:
         for change in runs.values():
             for parts in change.tables.values():
                 for part in parts:
-                    _fsync(self.root / part.path)
+                    fsync_path(self.root / part.path)
         superseded = sorted(
             {
                 part.path

@@ -115,7 +115,7 @@ class LocalStore:
                         return False
             finally:
                 aside.unlink(missing_ok=True)
-            _fsync_folder(path.parent)
+            fsync_path(path.parent)
         return True
 
 
@@ -129,8 +129,9 @@ def _info(key: str, stat: os.stat_result, checksum: str | None) -> ObjectInfo:
     )
 
 
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Flush a file, or a folder's entries, to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
