@@ -21,6 +21,7 @@ from retrieval_eval.transforms.baseline import (
 )
 from retrieval_eval.transforms.gate import compare, suggest_floors
 from retrieval_eval.transforms.metrics import GATED
+from retrieval_eval.transforms.gate_render import render_gate_markdown
 
 LOCALES = ("en", "es-419")
 N_PER_LOCALE, HITS_PER_LOCALE = 100, 80
@@ -146,6 +147,10 @@ def test_cases_added_and_removed_are_listed_and_pairing_uses_the_shared_ones(gat
     strict = gate(candidate)
     assert not strict.passed
     assert any("2 case(s) of the baseline are missing from cand (en-000, es-419-099)" in r for r in strict.failures)
+    # listed in the CI summary (gate --format markdown) as in the terminal
+    markdown = render_gate_markdown(result).splitlines()
+    at = markdown.index("**1 case(s) added since the baseline, 2 removed** (paired figures use the cases in both):")
+    assert markdown[at + 1:at + 4] == ["- added `en-new`", "- removed `en-000`", "- removed `es-419-099`"]
 
 
 @pytest.mark.parametrize("decision", ["point", "significant"])

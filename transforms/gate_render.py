@@ -153,12 +153,26 @@ def render_gate_markdown(result: GateResult) -> str:
         out += [f"- {markdown_text(reason)}" for reason in result.failures] + [""]
     out += [layout_markdown(gate_table(result)), "", markdown_text(legend(result)), ""]
     out += [f"> {markdown_text(warning)}" for warning in result.warnings] + ([""] if result.warnings else [])
+    for floor in result.floors:
+        now = "missing" if floor.current is None else f"{floor.current:.3f}"
+        out += [f"- floor {markdown_code_span(floor.metric)} ≥ {floor.floor}: {now} {'FAIL' if floor.failed else 'ok'}", ""]
     for title, flips in (("hit → miss", result.to_miss), ("miss → hit", result.to_hit)):
         out.append(f"**{len(flips)} case(s) flipped {title}**" + (":" if flips else ""))
         out += [f"- {_flip_item(f)}" for f in flips[:LISTED_FLIPS]]
+        if len(flips) > LISTED_FLIPS:
+            out.append(f"- … and {len(flips) - LISTED_FLIPS} more (`gate --format json` lists every one)")
         out.append("")
     if result.to_miss:
         out += [layout_markdown(reasons_table(result)), ""]
+    if result.added or result.removed:  # SPEC 8: listed, in the CI summary as in the terminal
+        out.append(f"**{len(result.added)} case(s) added since the baseline, {len(result.removed)} removed** "
+                   "(paired figures use the cases in both):")
+        out += [f"- added {markdown_code_span(case_id)}" for case_id in result.added[:LISTED_FLIPS]]
+        out += [f"- removed {markdown_code_span(case_id)}" for case_id in result.removed[:LISTED_FLIPS]]
+        hidden = max(0, len(result.added) - LISTED_FLIPS) + max(0, len(result.removed) - LISTED_FLIPS)
+        if hidden:
+            out.append(f"- … and {hidden} more (`gate --format json` lists every one)")
+        out.append("")
     return "\n".join(out)
 
 
