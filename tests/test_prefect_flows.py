@@ -1,4 +1,4 @@
-"""The Prefect flow runs the one job (flows/job.py) with its steps as tasks: the same warehouse
+"""The Prefect flow runs the one job (flows/job/job.py) with its steps as tasks: the same warehouse
 as in-process, plus artifacts; a failed gate is a Failed flow run; Dask workers lost or quiet;
 a dead, a lost and a serving API; a killed flow process seen as Crashed through the API.
 
@@ -30,10 +30,10 @@ from builders import (
     write_run,
 )
 from polars.testing import assert_frame_equal
-from retrieval_eval.flows import prefect_flows
-from retrieval_eval.flows.gating import GateOptions
-from retrieval_eval.flows.prefect_settings import GateFailed, free_port
-from retrieval_eval.flows.warehouse import SCRATCH, Warehouse
+from retrieval_eval.flows.job import prefect_flows
+from retrieval_eval.flows.outputs.gating import GateOptions
+from retrieval_eval.flows.job.prefect_settings import GateFailed, free_port
+from retrieval_eval.flows.warehouse.warehouse import SCRATCH, Warehouse
 from retrieval_eval.transforms.errors import InputError
 from test_reliability import synthetic_cases
 

@@ -1,6 +1,6 @@
 """Per-case retrieval metrics at each cutoff k (SPEC 2), computed by sql/case_metrics.sql,
 and the composed evaluation of one batch of staged cases: rankings → cases → case metrics →
-partial sums. The job (flows/job.py) and the Python API (flows/api.py) both call these."""
+partial sums. The job (flows/job/job.py) and the Python API (flows/commands/api.py) both call these."""
 
 from __future__ import annotations
 
