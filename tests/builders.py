@@ -19,7 +19,7 @@ from retrieval_eval.flows.warehouse.committed import read_state
 from retrieval_eval.flows.warehouse.views import open_reader
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, merge_partials
-from retrieval_eval.transforms.case_metrics import cutoffs, evaluate_cases
+from retrieval_eval.transforms.case_metrics import cutoffs, scored_cases
 from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA
 from retrieval_eval.transforms.manifest import Manifest
 from retrieval_eval.transforms.rankings import retrieved_items
@@ -146,7 +146,7 @@ def score(records: list[dict], *, k: int = 4, ks=(), relevance_level: int = 1, r
         clean.append(json.loads(verdict.clean))
     staged = stage(pa.Table.from_pylist(clean, schema=CLEAN_CASES_SCHEMA), relevance_level)
     retrieved = retrieved_items(staged, run_id)
-    evaluated = evaluate_cases(staged, retrieved, run_id, k, cutoffs(k, ks), scoring_connection())
+    evaluated = scored_cases(staged, retrieved, run_id, k, cutoffs(k, ks), scoring_connection())
     manifest = Manifest(run_id, "2026-11-01T02:00:00Z", datetime(2026, 11, 1, 2, tzinfo=UTC), k, None, None, {})
     runs = run_summary(manifest, evaluated.counts, 0, k, cutoffs(k, ks), relevance_level, "memory", "-", "-")
     return Scored({

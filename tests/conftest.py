@@ -14,7 +14,7 @@ from retrieval_eval.flows.warehouse.warehouse_check import audit_warehouse
 
 
 @pytest.fixture
-def evaluate_cases():
+def scored_cases():
     """Score records with the pure steps (one run, in memory)."""
     return lambda records, **options: score(records, **options)
 

@@ -237,6 +237,7 @@ def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
 GC_SEEN = """
 import gc, sys
 from retrieval_eval.flows.commands import cli, entry
+from retrieval_eval.flows.commands import run as run_command
 from retrieval_eval.flows.job import job
 from retrieval_eval.transforms.errors import InputError
 
@@ -259,7 +260,7 @@ def run_job(options, steps):
     raise InputError("stopped by the test")
 
 
-cli.import_engines, cli.cmd_schema, job.run_job = recorded_import, schema, run_job
+cli.import_engines, run_command.import_engines, cli.cmd_schema, job.run_job = recorded_import, recorded_import, schema, run_job
 sys.argv = ["retrieval-eval", *sys.argv[1:]]
 code = entry.console()
 print(code, importing, working, gc.isenabled())

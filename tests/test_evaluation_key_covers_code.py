@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from builders import case, chunk, evaluate, job_options, write_run
 from retrieval_eval.flows.warehouse import evaluation_key as key_module
-from retrieval_eval.flows.job.evaluation import Loaded, Reused
+from retrieval_eval.flows.job.run_steps import Loaded, Reused
 from retrieval_eval.flows.warehouse.evaluation_key import (CODE_FOLDERS, NOT_EVALUATION, PACKAGE_ROOT, code_digest,
                                                  code_files)
 
@@ -23,11 +23,11 @@ DECIDING_FILES = [
     "flows/sources/case_file.py", "flows/sources/ingest.py", "flows/sources/artifacts.py", "transforms/records.py",
     "transforms/manifest.py", "transforms/staging.py", "transforms/trec.py", "transforms/metrics.py",
     "transforms/rankings.py", "transforms/case_metrics.py", "transforms/aggregates.py", "transforms/run_summary.py",
-    "flows/job/evaluation.py", "sql/case_metrics.sql", "sql/trec_rows_by_topic.sql", "sql/audits/unique_keys.sql",
+    "flows/job/run_steps.py", "sql/case_metrics.sql", "sql/trec_rows_by_topic.sql", "sql/audits/unique_keys.sql",
 ]
 
 # Where a run is read, judged and evaluated: everything these import or load must be covered.
-EVALUATION_ENTRY_MODULES = ["flows/job/evaluation.py", "flows/sources/ingest.py", "flows/sources/trec_files.py", "flows/job/plan.py",
+EVALUATION_ENTRY_MODULES = ["flows/job/run_steps.py", "flows/sources/ingest.py", "flows/sources/trec_files.py", "flows/job/plan.py",
                             "flows/sources/artifacts.py", "flows/sources/case_file.py", "flows/commands/api.py"]
 
 

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from builders import case, chunk, cli, evaluate, job_options, write_run
 from retrieval_eval.flows.inputs.baseline_file import read_baseline
-from retrieval_eval.flows.outputs.gating import GateOptions, gate_run, refresh_baseline
+from retrieval_eval.flows.outputs.warehouse_gate import GateOptions, gate_run, refresh_baseline
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, slice_partials
 from retrieval_eval.transforms.baseline import (

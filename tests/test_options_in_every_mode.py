@@ -43,13 +43,13 @@ def test_flow_parameters_give_back_every_option():
 
 
 def test_the_flow_takes_every_option_as_a_typed_parameter_with_its_default():
-    from retrieval_eval.flows.job.prefect_flows import evaluate_flow
+    from retrieval_eval.flows.job.prefect_flows import job_flow
 
-    schema = evaluate_flow.parameters.properties
+    schema = job_flow.parameters.properties
     assert list(schema) == [option.name for option in OPTIONS]
     assert {name: schema[name].get("default") for name in schema} == {o.name: o.default for o in OPTIONS}
     assert schema["decision"]["enum"] == ["point", "significant", "non-inferior"]
-    assert evaluate_flow.validate_parameters(CHANGED) == CHANGED
+    assert job_flow.validate_parameters(CHANGED) == CHANGED
 
 
 def test_prefect_yaml_holds_every_option_at_the_definitions_value():

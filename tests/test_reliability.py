@@ -295,7 +295,7 @@ def test_a_run_restored_after_a_refusal_is_evaluated_again_with_its_own_rejects(
 
 
 def test_an_engine_error_while_evaluating_is_raised_not_taken_for_bad_records(tmp_path, monkeypatch):
-    import retrieval_eval.flows.job.evaluation as evaluation
+    import retrieval_eval.flows.job.run_steps as evaluation
     import retrieval_eval.flows.sources.ingest as ingest
 
     write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(10))
@@ -306,7 +306,7 @@ def test_an_engine_error_while_evaluating_is_raised_not_taken_for_bad_records(tm
     def must_not_run(*args, **kwargs):
         raise AssertionError("valid records were sent to the line-by-line pass")
 
-    monkeypatch.setattr(evaluation, "evaluate_cases", out_of_memory)
+    monkeypatch.setattr(evaluation, "scored_cases", out_of_memory)
     monkeypatch.setattr(ingest, "split_records", must_not_run)
     with pytest.raises(duckdb.OutOfMemoryException):
         evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))

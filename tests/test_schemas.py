@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUNS, cli, evaluate, job_options, reader, write_run
 from jsonschema import Draft202012Validator
-from retrieval_eval.flows.outputs.gating import refresh_baseline
+from retrieval_eval.flows.outputs.warehouse_gate import refresh_baseline
 from retrieval_eval.flows.sources.schemas import (
     SCHEMA_NAMES,
     SchemaViolation,

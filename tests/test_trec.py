@@ -29,7 +29,7 @@ from builders import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from retrieval_eval.flows.sources import trec_files
-from retrieval_eval.flows.job.evaluation import Loaded, Reused
+from retrieval_eval.flows.job.run_steps import Loaded, Reused
 from retrieval_eval.flows.sources.trec_files import TrecRunRead, read_qrels, run_id_of
 from retrieval_eval.flows.storage.hashing import file_digest
 from retrieval_eval.transforms.errors import InputError, Reject

@@ -276,7 +276,7 @@ def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
     # the runs it named are cleaned whether it ends or dies (the next writer's cleanup).
     import json
 
-    from retrieval_eval.flows.job.evaluation import TxnRef
+    from retrieval_eval.flows.job.run_steps import TxnRef
     from retrieval_eval.flows.warehouse.warehouse import PENDING, new_part
 
     warehouse = Warehouse(tmp_path / "wh")

@@ -1,4 +1,4 @@
-"""`retrieval_eval.evaluate`: the figures of some cases in memory, for a notebook (SPEC 12).
+"""`retrieval_eval.evaluate` (its `in_memory_figures`): the figures of some cases in memory, for a notebook (SPEC 12).
 
 The cases go through the same ingest and the same steps as `retrieval-eval run` (the rules
 of every record, staging, rankings, case metrics, aggregates), so the numbers are the CLI's;
@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from ...transforms.aggregates import aggregates, merge_partials
-from ...transforms.case_metrics import cutoffs, evaluate_cases
+from ...transforms.case_metrics import cutoffs, scored_cases
 from ...transforms.errors import InputError, Reject, RejectedRecords, RejectTally
 from ...transforms.metrics import MAX_K
 from ...transforms.rankings import retrieved_items
@@ -96,7 +96,7 @@ def _check_int(value: object, name: str) -> int:
     return value
 
 
-def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: Iterable[int] = (),
+def in_memory_figures(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: Iterable[int] = (),
              relevance_level: int = 1, allow_rejects: bool = False, run_id: str | None = None) -> Evaluation:
     """The figures of `cases` at the headline `k` and the sweep `ks`. `cases` is a cases.jsonl
     path (or .gz), a Polars or pandas DataFrame with the case columns, or an iterable of case
@@ -126,7 +126,7 @@ def evaluate(cases: str | Path | pl.DataFrame | Iterable[dict], *, k: int, ks: I
         with connect() as con:
             for batch in ingest.batches():
                 retrieved = retrieved_items(batch.frame, run_id)
-                evaluated[(batch.attempt, batch.index)] = evaluate_cases(batch.frame, retrieved, run_id, k, ks, con)
+                evaluated[(batch.attempt, batch.index)] = scored_cases(batch.frame, retrieved, run_id, k, ks, con)
         account = ingest.account
         if account.refused:
             first = tuple(Reject(name, r.line, r.reason, r.raw) for r in account.rejects.tally.first)

@@ -1,7 +1,8 @@
 """The `retrieval-eval` command: a thin layer over flows/ (SPEC 5).
 
-Exit codes: 0 ok, 1 a gate or check failed, 2 bad input or usage (a message naming file,
-line and field; never a traceback for a user's mistake), 130 / 143 interrupted.
+Exit codes (flows/commands/exit_codes.py, one table): 0 ok, 1 a gate or check failed, 2 bad
+input or usage (a message naming file, line and field; never a traceback for a user's mistake),
+130 / 143 interrupted, 141 a closed pipe.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import signal
 import sys
 
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 # The signal that interrupted the command, if any: an engine that meets the signal inside a
 # query raises its own error ("Query interrupted") instead of ours.
 _received: list[int] = []
@@ -71,22 +71,23 @@ def _in_engine_code(frame) -> bool:
 import argparse  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
 import stat  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ... import __version__  # noqa: E402
-from ...transforms.errors import InputError  # noqa: E402
 from ..inputs import config  # noqa: E402
-from ..inputs.options import add_arguments, bounded, fraction, positive_int, significance_level, values_of  # noqa: E402
+from ..inputs.options import add_arguments, bounded, fraction, positive_int, significance_level  # noqa: E402
 from ..storage.interrupts import import_engines  # noqa: E402
-from .entry import interrupted_line  # noqa: E402
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-EXIT_CLOSED_PIPE = 128 + signal.SIGPIPE  # as a shell reports a command that SIGPIPE ended
+from .collector import imports_done  # noqa: E402
+from .exit_codes import (  # noqa: E402
+    EXIT_CLOSED_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    error_exit,
+    interrupted_line,
+)
 
 
 METRIC_CHOICES = ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k")
@@ -245,296 +246,88 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def gate_options(args: argparse.Namespace):
-    """The gate's options of a command's arguments (flows/inputs/options.py); None without --baseline."""
-    from ..outputs.gating import gate_options as gate_options_of
-
-    return gate_options_of(values_of(args))
-
-
-def job_options(args: argparse.Namespace):
-    """The job's options of `run`'s or `serve`'s arguments (flows/inputs/options.py), and the TREC
-    run that `run` may take in place of RUNS."""
-    from ..job.job import job_options as job_options_of
-
-    return replace(job_options_of(values_of(args)), trec_run=getattr(args, "trec_run", None),
-                   qrels=getattr(args, "qrels", None), run_id=getattr(args, "run_id", None))
-
-
-def colour_wanted() -> bool:
-    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org)."""
-    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-
-
-def tracked(args: argparse.Namespace) -> bool:
-    # Dask fan-out goes through prefect-dask, so it is always a tracked flow run.
-    return args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
-
-
-def check_trec_arguments(args: argparse.Namespace) -> None:
-    """--trec-run and --qrels go together, in place of RUNS, in this process (the Prefect
-    steps read run folders only); --run-id names a TREC run."""
-    if args.trec_run is None:
-        given = [option for option, value in (("--qrels", args.qrels), ("--run-id", args.run_id)) if value is not None]
-        if given:
-            raise InputError(f"run: {' and '.join(given)} {'are' if len(given) > 1 else 'is'} only for --trec-run FILE")
-        return
-    if args.qrels is None:
-        raise InputError("run: --trec-run needs --qrels FILE (the judgments to evaluate it against)")
-    if args.runs is not None:
-        raise InputError(f"run: give either RUNS ({args.runs}) or --trec-run, not both")
-    if args.prefect or args.task_runner == "dask" or args.dask_address:
-        raise InputError("run: --trec-run runs in this process; it does not take --prefect, --task-runner dask "
-                         "or --dask-address")
+# The parser's handlers: each command's module is imported when that command runs, so that
+# starting one command loads no other's engines (`run` imports its own, beside its first read).
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    check_trec_arguments(args)
-    if args.trec_run is None and tracked(args):
-        return run_with_prefect(args)
-    from ..sources.artifacts import first_cases_file
-    from ..sources.case_file import Prefetch
+    from .run import cmd_run as run  # deferred: run imports the job beside its first read
 
-    # The first run's file is parsed while Polars and DuckDB are imported.
-    with Prefetch(first_cases_file(args.runs or config.RUNS) if args.trec_run is None else None) as prefetch:
-        import_engines()
-        from ..job.job import InProcess, run_job
-
-        imports_done()
-        steps = InProcess(prefetch)
-        try:
-            result = run_job(job_options(args), steps)
-        finally:
-            steps.close()
-    return print_run(args, result)
-
-
-def run_with_prefect(args: argparse.Namespace) -> int:
-    """`run` as a tracked flow run; a lost API ends it with one warning line, the report of
-    what the warehouse holds, and exit 2 (the gate's verdict when the run was committed)."""
-    from ..job.prefect_settings import check_api, prefect_environment
-
-    prefect_environment()
-    if os.environ.get("PREFECT_API_URL"):
-        check_api(os.environ["PREFECT_API_URL"])  # before Prefect's import, which costs seconds
-    import_engines()
-    imports_done()
-    from ..job.prefect_flows import LostApi, run_tracked
-    from ..warehouse.warehouse import Warehouse
-
-    options = job_options(args)
-    warehouse = Warehouse(options.warehouse)
-    before = warehouse.state().version if warehouse.exists() else 0
-    try:
-        return print_run(args, run_tracked(options, args.task_runner, args.dask_address))
-    except LostApi as lost:
-        print(f"retrieval-eval: warning: {lost}; the warehouse holds what was committed", file=sys.stderr)
-        return report_after_lost_api(args, options, warehouse, before)
-
-
-def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_before: int) -> int:
-    """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
-
-    from ..inputs.baseline_file import read_baseline
-    from ..job.job import InProcess, checked_kb, newest_run_id
-    from ..outputs.reports import ReportOptions
-
-    state = warehouse.state() if warehouse.exists() else None
-    if state is None or not state.runs:
-        return EXIT_BAD_INPUT
-    committed = state.version > version_before
-    steps = InProcess()
-    try:
-        baseline = read_baseline(options.gate.baseline) if options.gate and committed else None
-        kb = checked_kb(options)
-        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
-        gate = None
-        if baseline is not None:
-            from ..sources.artifacts import load_run_folders
-
-            newest = newest_run_id(load_run_folders(options.runs))
-            gate = steps.gate(state, newest, options.gate, baseline, kb)
-    finally:
-        steps.close()
-    from ..job.job import JobResult
-
-    code = print_run(args, JobResult([], state, report, gate))
-    return EXIT_FAILED if code == EXIT_FAILED else EXIT_BAD_INPUT
-
-
-def print_run(args: argparse.Namespace, result) -> int:
-    """The run's output in the mode asked for; the gate's verdict is in every mode: the whole gate
-    after the report, under "gate" in --json (the document `gate --format json` prints), one
-    line with --quiet."""
-    from ...transforms.gate import gate_json
-    from ...transforms.gate_render import render_gate, render_gate_verdict
-    from ...transforms.report_render import report_json, render_terminal
-
-    colour = colour_wanted()
-    gate = result.gate
-    if args.json:
-        document = report_json(result.report.report)
-        if gate is not None:
-            document["gate"] = gate_json(gate)
-        sys.stdout.write(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    elif not args.quiet:
-        sys.stdout.write(render_terminal(result.report.report, colour=colour))
-        if gate is not None:
-            sys.stdout.write("\n" + render_gate(gate, colour=colour))
-    if not args.json:
-        sys.stdout.write(("" if args.quiet else "\n") + f"Report written to {result.report.markdown} and {result.report.html}\n")
-    if args.quiet and gate is not None:
-        sys.stdout.write(render_gate_verdict(gate))
-    return EXIT_FAILED if gate is not None and not gate.passed else EXIT_OK
-
-
-def cmd_check_kb(args: argparse.Namespace) -> int:
-    from ...transforms.escaping import terminal_text
-    from ..sources.artifacts import load_run_folders
-    from ..inputs.kb import gold_not_in_kb
-
-    offenders = gold_not_in_kb(args.kb, load_run_folders(args.runs))
-    kb = terminal_text(str(args.kb))
-    for row in offenders.iter_rows(named=True):
-        print(terminal_text(f"{row['run_id']}/{row['case_id']}: {row['field']} id {row['gold_id']!r} is not a card of ")
-              + kb)
-    if offenders.height:
-        print(f"check-kb: {offenders.height} gold id(s) do not resolve", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"check-kb: every gold id resolves to a card of {kb}")
-    return EXIT_OK
-
-
-def cmd_gate(args: argparse.Namespace) -> int:
-    from ...transforms.gate_render import render_gate, render_gate_json, render_gate_markdown
-    from ..inputs.baseline_file import read_baseline
-    from ..outputs.gating import gate_run
-    from ..job.job import given_kb
-    from ..warehouse.committed import read_state
-    from ..warehouse.warehouse import Warehouse
-
-    options = gate_options(args)
-    baseline = read_baseline(args.baseline)
-    result = gate_run(read_state(Warehouse(args.warehouse)), args.run_id, options, baseline, given_kb(args.kb))
-    if args.format == "json":
-        sys.stdout.write(render_gate_json(result))
-    elif args.format == "markdown":
-        sys.stdout.write(render_gate_markdown(result))
-    else:
-        sys.stdout.write(render_gate(result, colour=colour_wanted()))
-    return EXIT_OK if result.passed else EXIT_FAILED
-
-
-def cmd_baseline_refresh(args: argparse.Namespace) -> int:
-    from ..outputs.gating import refresh_baseline
-    from ..warehouse.warehouse import Warehouse
-
-    snapshot = refresh_baseline(Warehouse(args.warehouse), args.run_id, args.out)
-    # on stderr: with `--out /dev/stdout` the snapshot is the command's output, whole
-    print(f"baseline: wrote {args.out} from run {snapshot['run_id']} at k={snapshot['k']} "
-          f"({len(snapshot['cases'])} labelled cases)", file=sys.stderr)
-    return EXIT_OK
-
-
-def cmd_baseline_floors(args: argparse.Namespace) -> int:
-    from ...transforms.gate import suggest_floors
-    from ..inputs.baseline_file import read_baseline
-
-    snapshot = read_baseline(args.baseline).snapshot
-    floors = suggest_floors(snapshot, args.margin)
-    print(f"# observed on `all` in {snapshot['run_id']} at k={snapshot['k']}, minus {args.margin}")
-    print(f"--min-hit {floors['hit_at_k']:.2f} --min-recall {floors['recall_at_k']:.2f}")
-    return EXIT_OK
+    return run(args)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ..job.prefect_flows import serve
-    from ..job.prefect_settings import prefect_environment
+    from .serve import serve_nightly  # deferred: a command's modules load once the engines are (start-up time)
 
-    prefect_environment()
-    try:
-        serve(args.cron, job_options(args), args.task_runner, args.dask_address, crash_after_s=args.crash_after)
-    except SystemExit as stop:  # Prefect's runner takes SIGTERM, and exits 0 on it before it has started
-        if stop.code not in (0, None):
-            raise
+    serve_nightly(args)
     # Serving ends only on a signal, which Prefect's runner takes (SIGTERM) or swallows (Ctrl-C).
     return _interrupted(_received[0] if _received else signal.SIGTERM)
 
 
+def cmd_gate(args: argparse.Namespace) -> int:
+    from .gate_and_baseline import cmd_gate as gate  # deferred: a command's modules load once the engines are (start-up time)
+
+    return gate(args)
+
+
+def cmd_baseline_refresh(args: argparse.Namespace) -> int:
+    from .gate_and_baseline import cmd_baseline_refresh as refresh  # deferred: a command's modules load once the engines are (start-up time)
+
+    return refresh(args)
+
+
+def cmd_baseline_floors(args: argparse.Namespace) -> int:
+    from .gate_and_baseline import cmd_baseline_floors as floors  # deferred: a command's modules load once the engines are (start-up time)
+
+    return floors(args)
+
+
 def cmd_query(args: argparse.Namespace) -> int:
-    from ..outputs.query import run_query
-    from ..warehouse.warehouse import Warehouse
+    from .read_only import cmd_query as query  # deferred: a command's modules load once the engines are (start-up time)
 
-    run_query(Warehouse(args.warehouse), args.sql, args.format)
-    return EXIT_OK
-
-
-def cmd_warehouse_check(args: argparse.Namespace) -> int:
-    from ..warehouse.warehouse import Warehouse
-    from ..warehouse.warehouse_check import check_warehouse
-
-    checked = check_warehouse(Warehouse(args.warehouse))
-    problems = checked.problems
-    for problem in problems:
-        print(problem)
-    if checked.uncommitted:
-        print(f"warehouse check: {len(checked.uncommitted)} file(s) of a transaction that has not ended (a writer "
-              f"running now, or killed: the next `retrieval-eval run` removes them), e.g. {checked.uncommitted[0]}",
-              file=sys.stderr)
-    if problems:
-        print(f"warehouse check: {len(problems)} problem(s)", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"warehouse check: every committed part of {args.warehouse} is as it was committed")
-    return EXIT_OK
-
-
-def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
-    from ..warehouse.warehouse import Warehouse
-    from ..warehouse.warehouse_check import rebuild
-
-    state = rebuild(Warehouse(args.warehouse))
-    print(f"warehouse rebuild: catalog.duckdb made from log version {state.version} ({len(state.runs)} runs)")
-    return EXIT_OK
-
-
-def cmd_warehouse_vacuum(args: argparse.Namespace) -> int:
-    from datetime import timedelta
-
-    from ..warehouse.warehouse import Warehouse
-
-    deleted = Warehouse(args.warehouse).vacuum(timedelta(days=args.retention_days))
-    print(f"warehouse vacuum: deleted {len(deleted)} superseded file(s) older than {args.retention_days:g} day(s)")
-    return EXIT_OK
+    return query(args)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ...transforms.compare_render import RENDERERS
-    from ..outputs.comparing import compare_in_warehouse
-    from ..warehouse.warehouse import Warehouse
+    from .read_only import cmd_compare as compare  # deferred: a command's modules load once the engines are (start-up time)
 
-    comparison = compare_in_warehouse(
-        Warehouse(args.warehouse), args.run_ids, reference=args.reference, k=args.k, metrics=args.metrics,
-        slices=args.slices, test=args.test, correction=args.correction, alpha=args.alpha,
-    )
-    sys.stdout.write(RENDERERS[args.format](comparison))
-    for note in comparison.kb_notes:
-        print(f"retrieval-eval: warning: {note}", file=sys.stderr)
-    return EXIT_OK
+    return compare(args)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..outputs.export import export_run
-    from ..warehouse.warehouse import Warehouse
+    from .read_only import cmd_export as export  # deferred: a command's modules load once the engines are (start-up time)
 
-    export_run(Warehouse(args.warehouse), args.run_id, args.format, args.out, args.k)
-    return EXIT_OK
+    return export(args)
+
+
+def cmd_check_kb(args: argparse.Namespace) -> int:
+    from .read_only import cmd_check_kb as check_kb  # deferred: a command's modules load once the engines are (start-up time)
+
+    return check_kb(args)
+
+
+def cmd_warehouse_check(args: argparse.Namespace) -> int:
+    from .warehouse_upkeep import cmd_warehouse_check as check  # deferred: a command's modules load once the engines are (start-up time)
+
+    return check(args)
+
+
+def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
+    from .warehouse_upkeep import cmd_warehouse_rebuild as rebuild  # deferred: a command's modules load once the engines are (start-up time)
+
+    return rebuild(args)
+
+
+def cmd_warehouse_vacuum(args: argparse.Namespace) -> int:
+    from .warehouse_upkeep import cmd_warehouse_vacuum as vacuum  # deferred: a command's modules load once the engines are (start-up time)
+
+    return vacuum(args)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from ..sources.schemas import schema_text
+    from .schema import cmd_schema as schema  # deferred: loaded only for `schema`, which imports no engine
 
-    sys.stdout.write(schema_text(args.name))
-    return EXIT_OK
+    return schema(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -554,14 +347,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _interrupted(_received[0] if _received else signal.SIGINT)
         if stdout_closed(error):
             return _closed_pipe()
-        if isinstance(error, InputError):
-            print(f"retrieval-eval: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if isinstance(error, OSError):  # disk full, read-only or missing folders: the environment, said plainly
-            where = f"{error.filename}: " if error.filename else ""
-            print(f"retrieval-eval: {where}{error.strerror or error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        raise
+        said = error_exit(error)
+        if said is None:
+            raise
+        code, line = said
+        print(line, file=sys.stderr)
+        return code
 
 
 # Paths that are only written to, never recorded or read back by DuckDB: any bytes will do.
@@ -616,18 +407,6 @@ def _interrupted(signum: int) -> int:
     _raised.append(None)
     print(interrupted_line(signum), file=sys.stderr)
     return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_TERMINATED
-
-
-def imports_done() -> None:
-    """The command's modules are imported: what they made lives as long as the process, so it
-    is frozen (left out of every later collection) and the collector, which flows/commands/entry.py
-    turned off for the imports, is on again. Its passes over import-time objects freed nothing
-    and held the interpreter for ~0.08 s of every command's start (one full pass: 38 ms); the
-    few cycles left unfreed (the argument parser's, ~150 KB) stay for the process's life. When
-    the entry did not turn it off (`main` called in a test), nothing changes."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 def process_settings() -> None:

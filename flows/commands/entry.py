@@ -7,12 +7,7 @@ import gc
 import signal
 import sys
 
-EXIT_ON_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
-
-
-def interrupted_line(signum: int) -> str:
-    what = "interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)"
-    return f"retrieval-eval: {what}; what was committed before stands, nothing after it was"
+from .exit_codes import EXIT_ON_SIGNAL, interrupted_line
 
 
 def _exit_while_importing(signum, frame) -> None:
@@ -24,6 +19,6 @@ def console() -> int:
     for signum in EXIT_ON_SIGNAL:
         signal.signal(signum, _exit_while_importing)
     gc.disable()
-    from .cli import console as command
+    from .cli import console as command  # deferred: the command's modules load with the collector off
 
     return command()

@@ -1,7 +1,7 @@
 """The options of the main job, defined once (SPEC 16 "Options mean the same in every mode").
 
 `OPTIONS` is the one list. From it come the arguments of `run`, `serve` and `gate`
-(flows/commands/cli.py), the Prefect flow's parameters (flows/job/prefect_flows.py `evaluate_flow`, whose
+(flows/commands/cli.py), the Prefect flow's parameters (flows/job/prefect_flows.py `job_flow`, whose
 signature is `flow_signature()`), the parameters `serve` deploys, and the parameters
 prefect.yaml must hold (`deployment_parameters()`; tests/test_options_in_every_mode.py holds the
 committed file to it). flows/job/job.py `job_options` turns values by name (a command's arguments, a

@@ -22,7 +22,7 @@ from ..inputs import config
 from ..inputs.baseline_file import Baseline, read_baseline
 from ..inputs.kb import KnowledgeBase, kb_record, read_kb
 from ..inputs.options import BY_NAME, OPTIONS
-from ..outputs.gating import GateOptions, GateOutcome, gate_options, gate_run, refuse_ungateable
+from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_options, gate_run, refuse_ungateable
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
 from ..sources.artifacts import RunFolder, load_run_folders
 from ..sources.case_file import Prefetch
@@ -31,9 +31,9 @@ from ..sources.trec_files import TrecIngest, TrecSource, trec_source
 from ..storage.duckdb_connection import connect
 from ..warehouse.catalog import refresh_catalog
 from ..warehouse.summary import refresh_summary, summary_files
-from ..warehouse.warehouse import State, Warehouse
+from ..warehouse.warehouse import State, Warehouse, scratch_dir
 from ..warehouse.legacy_catalog import adopt_legacy_catalog
-from .evaluation import BatchParts, Outcome, Refused, TxnRef, evaluate_batch, finish_run, reuse_run
+from .run_steps import BatchParts, Outcome, Refused, TxnRef, score_batch, finish_run, reuse_run
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 
@@ -122,7 +122,7 @@ class Steps(Protocol):
 
     def ingest(self, plan: RunPlan, txn: TxnRef) -> Any: ...
     def batches(self, ingest: Any) -> Iterable[Any]: ...
-    def evaluate(self, plan: RunPlan, batch: Any, txn: TxnRef) -> Any: ...
+    def score(self, plan: RunPlan, batch: Any, txn: TxnRef) -> Any: ...
     def finish(self, plan: RunPlan, ingest: Any, evaluated: list[Any], txn: TxnRef) -> Outcome: ...
     def report(self, state: State, options: ReportOptions) -> WrittenReport: ...
     def gate(self, state: State, run_id: str, options: GateOptions, baseline: Baseline,
@@ -205,7 +205,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
                 evaluated[plan.run_id] = handles = []
                 try:
                     for batch in progress.batches(batches):
-                        handles.append(steps.evaluate(plan, batch, ref))
+                        handles.append(steps.score(plan, batch, ref))
                 finally:
                     if hasattr(batches, "close"):  # a read stopped by an error stops its threads now
                         batches.close()
@@ -266,8 +266,8 @@ class InProcess:
     def batches(self, ingest: Ingest | TrecIngest) -> Iterable[StagedBatch]:
         return ingest.batches()
 
-    def evaluate(self, plan: RunPlan, batch: StagedBatch, txn: TxnRef) -> BatchParts:
-        return evaluate_batch(plan, batch.frame, batch.attempt, batch.index, txn, self.con)
+    def score(self, plan: RunPlan, batch: StagedBatch, txn: TxnRef) -> BatchParts:
+        return score_batch(plan, batch.frame, batch.attempt, batch.index, txn, self.con)
 
     def finish(self, plan: RunPlan, ingest: Ingest | TrecIngest, evaluated: list[BatchParts], txn: TxnRef) -> Outcome:
         return finish_run(plan, ingest.account, evaluated, txn)
@@ -292,6 +292,4 @@ class InProcess:
 
 
 def txn_scratch(txn: TxnRef, run_id: str) -> Path:
-    from ..warehouse.warehouse import scratch_dir
-
     return scratch_dir(txn.root, txn.id, run_id)

@@ -3,7 +3,7 @@
 as artifacts of the flow run. A failed gate ends the flow run Failed, after its artifacts.
 
 Entry points: `run_tracked` (one tracked run now) and `serve` (the nightly schedule served by
-this process). prefect.yaml deploys `evaluate_flow` to a process work pool instead.
+this process). prefect.yaml deploys `job_flow` to a process work pool instead.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from ..inputs import config
 from ..inputs.baseline_file import Baseline, read_baseline
 from ..inputs.kb import KnowledgeBase
 from ..inputs.options import flow_docstring, flow_signature
-from ..outputs.gating import GateOptions, GateOutcome, gate_run
+from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_run
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
 from ..sources.ingest import PARTITION_ITEMS, Ingest, IngestAccount
 from ..storage.duckdb_connection import THREADS_ENV
 from ..warehouse.part_files import write_parquet
 from ..warehouse.warehouse import State, scratch_dir
-from .evaluation import BatchParts, Outcome, TxnRef, evaluate_batch, finish_run
+from .run_steps import BatchParts, Outcome, TxnRef, score_batch, finish_run
 from .job import JobOptions, checked_kb, flow_parameters, job_options, run_job
 from .plan import RunPlan
 from .prefect_settings import (
@@ -124,8 +124,8 @@ def stage_task(plan: RunPlan, txn: TxnRef, batch_items: int) -> StagedRun:
 
 @task(name="evaluate-partition", task_run_name="evaluate-{plan.folder.manifest.run_id}-{staged.index}",
       cache_policy=NO_CACHE, **IO_RETRIES)
-def evaluate_task(plan: RunPlan, staged: StagedFile, txn: TxnRef) -> BatchParts:
-    return evaluate_batch(plan, pl.read_parquet(staged.path), staged.attempt, staged.index, txn)
+def score_task(plan: RunPlan, staged: StagedFile, txn: TxnRef) -> BatchParts:
+    return score_batch(plan, pl.read_parquet(staged.path), staged.attempt, staged.index, txn)
 
 
 @task(name="finish-run", task_run_name="finish-{plan.folder.manifest.run_id}", cache_policy=NO_CACHE, **IO_RETRIES)
@@ -158,8 +158,8 @@ class PrefectSteps:
     def batches(self, ingest: PrefectFuture) -> list[StagedFile]:
         return ingest.result().files
 
-    def evaluate(self, plan: RunPlan, batch: StagedFile, txn: TxnRef) -> PrefectFuture:
-        return evaluate_task.submit(plan, batch, txn)
+    def score(self, plan: RunPlan, batch: StagedFile, txn: TxnRef) -> PrefectFuture:
+        return score_task.submit(plan, batch, txn)
 
     def finish(self, plan: RunPlan, ingest: PrefectFuture, evaluated: list[PrefectFuture], txn: TxnRef) -> Outcome:
         wait(evaluated)  # no task is still writing when the job goes on, even when one failed
@@ -202,7 +202,7 @@ class PrefectSteps:
                                      description="The gate, for a CI job summary or a pull-request comment")
 
 
-def evaluate_flow(**parameters: Any):
+def job_flow(**parameters: Any):
     """Evaluate every run under `runs`, commit them together, write the report, gate the newest.
     Paths are made absolute here, before any task leaves for a worker."""
     from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY
@@ -224,9 +224,9 @@ def evaluate_flow(**parameters: Any):
 # The flow's parameters are the options of flows/inputs/options.py, one keyword each, typed and with
 # its default: Prefect reads them from this signature (the deployment's schema, validation).
 # The flow keeps the function's name: a served deployment loads it by module path and name.
-evaluate_flow.__signature__ = flow_signature()  # type: ignore[attr-defined]
-evaluate_flow.__doc__ = flow_docstring(evaluate_flow.__doc__ or "")
-evaluate_flow = flow(name=FLOW_NAME)(evaluate_flow)
+job_flow.__signature__ = flow_signature()  # type: ignore[attr-defined]
+job_flow.__doc__ = flow_docstring(job_flow.__doc__ or "")
+job_flow = flow(name=FLOW_NAME)(job_flow)
 
 
 def with_absolute_paths(options: JobOptions) -> JobOptions:
@@ -334,7 +334,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
         runner = make_task_runner(task_runner, dask_address, api_url)
         try:
             with worker_spawn_environment(task_runner, dask_address, api_url):
-                state = evaluate_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
+                state = job_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
         except (httpx.TransportError, RuntimeError) as error:
             if isinstance(error, RuntimeError) and "reach API" not in str(error):
                 raise
@@ -354,7 +354,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
 def nightly_deployment(cron: str, options: JobOptions, task_runner=None, timezone: str = "UTC"):
     """The `nightly` deployment `serve` serves: the flow on `cron`, with the flow parameters of
     `options` (every option of flows/inputs/options.py), one run at a time."""
-    flow_to_serve = evaluate_flow if task_runner is None else evaluate_flow.with_options(task_runner=task_runner)
+    flow_to_serve = job_flow if task_runner is None else job_flow.with_options(task_runner=task_runner)
     return flow_to_serve.to_deployment(
         name=DEPLOYMENT_NAME,
         schedules=[Cron(cron, timezone=timezone)],

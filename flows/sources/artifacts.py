@@ -10,6 +10,7 @@ from ...transforms.deep_json import TooDeep
 from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest, parse_manifest
 from ...transforms.records import UnkeepableText, strict_json_loads
+from .schemas import validate
 
 CASE_FILE_NAMES = ("cases.jsonl", "cases.jsonl.gz")
 
@@ -74,8 +75,6 @@ def with_every_problem(message: str, manifest: object, path: Path) -> str:
     """The loader's message on a manifest it refused (transforms/manifest.py stops at the
     first problem), followed by every problem the manifest schema finds when there are
     several, each as `file: field: problem`. The loader alone decides what is accepted."""
-    from .schemas import validate
-
     problems = validate(manifest, "manifest")
     if len(problems) < 2:
         return message

@@ -1,7 +1,7 @@
 """Rejected records as they are found → Parquet files in an ingest's scratch folder, so that
 memory holds a bounded batch of them whatever their number (SPEC 16 "Bounded memory on bad
 input"). The run's finish writes them as the parts of its `rejects` table
-(flows/job/evaluation.py); the message names the first few and counts the rest (transforms/errors.py
+(flows/job/run_steps.py); the message names the first few and counts the rest (transforms/errors.py
 `RejectTally`).
 """
 

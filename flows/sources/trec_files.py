@@ -315,7 +315,7 @@ class TrecIngest:
                 continue
             break
         rejects = qrels.rejects.finish() + run_rejects.finish()
-        # Of an ingest's facts only the digest is read (flows/job/evaluation.py); a TREC file has no JSON lines.
+        # Of an ingest's facts only the digest is read (flows/job/run_steps.py); a TREC file has no JSON lines.
         facts = FileFacts(trec_digest(read.digest, qrels.digest), read.lines, 0, True)
         refused = bool(rejects.count) and not self.allow_rejects
         self.account = IngestAccount(facts, attempt, 0 if refused else n_records, rejects, refused=refused, tag=read.tag)

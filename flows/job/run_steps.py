@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 
 from ...transforms.aggregates import aggregates, merge_partials
-from ...transforms.case_metrics import evaluate_cases
+from ...transforms.case_metrics import scored_cases
 from ...transforms.errors import RejectTally
 from ...transforms.rankings import retrieved_items
 from ...transforms.run_summary import add_counts, run_summary
@@ -85,7 +85,7 @@ class Loaded:
 Outcome = Reused | Refused | Loaded
 
 
-def evaluate_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int, txn: TxnRef,
+def score_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int, txn: TxnRef,
                    con: duckdb.DuckDBPyConnection | None = None) -> BatchParts:
     """Rankings, cases, case metrics and partial sums of one batch, written as parts."""
     run_id = plan.run_id
@@ -97,7 +97,7 @@ def evaluate_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int
             write_parquet, retrieved.drop("case_no", "card_id"), txn.new_part("retrieved", run_id), txn.root,
             compression="lz4", statistics=False, dictionary=["run_id", "case_id"],
         )
-        evaluated = evaluate_cases(staged, retrieved, run_id, plan.headline_k, plan.ks, con)
+        evaluated = scored_cases(staged, retrieved, run_id, plan.headline_k, plan.ks, con)
         # A dictionary only for the columns of few values (hashing each case's own strings
         # bought nothing), and lz4 over zstd: 27 ms less CPU a batch, 0.2 MB more.
         parts = {
