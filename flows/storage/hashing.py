@@ -1,23 +1,22 @@
-"""BLAKE3 of stored bytes, in one place: a file's digest, and a stream hashed as it is read or
-written (no second pass over the file to digest it). The warehouse's parts, the KB and the
-TREC files are all digested here; the store's object checksums are flows/storage/store.py's."""
+"""BLAKE3 of stored bytes, in one place: the store's object checksums, a file's digest, and a
+stream hashed as it is read or written (no second pass over the file to digest it). The
+store's objects, the warehouse's parts, the KB and the TREC files are all digested here."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import IO
+from typing import IO, BinaryIO
 
 from blake3 import blake3
 
+_HASH_BLOCK = 8 * 1024 * 1024
+
 
 def file_digest(path: Path) -> str:
-    """BLAKE3 of a file's bytes."""
-    digest = blake3()
+    """BLAKE3 of a file's bytes, read as a stream (a device or a FIFO is digested too)."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return checksum_of_stream(handle)
 
 
 class HashingStream(io.RawIOBase):
@@ -47,3 +46,26 @@ class HashingStream(io.RawIOBase):
         self.digest.update(data)
         self.size += written
         return written
+
+
+def checksum_of_bytes(data: bytes) -> str:
+    """The BLAKE3 hex digest of `data`."""
+    return blake3(data, max_threads=blake3.AUTO).hexdigest()
+
+
+def checksum_of_file(path: Path) -> str:
+    """The BLAKE3 hex digest of a local file's bytes (memory-mapped, all cores)."""
+    hasher = blake3(max_threads=blake3.AUTO)
+    hasher.update_mmap(path)
+    return hasher.hexdigest()
+
+
+def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:
+    """The BLAKE3 hex digest of everything `reader` yields, copied into `sink` if given."""
+    hasher = blake3(max_threads=blake3.AUTO)
+    while block := reader.read(_HASH_BLOCK):
+        block = bytes(block)
+        hasher.update(block)
+        if sink is not None:
+            sink.write(block)
+    return hasher.hexdigest()
