@@ -1,7 +1,8 @@
 """The package's imports run one way (issue 33): commands → job → outputs → (warehouse |
 inputs) → sources → storage, with transforms/ and sql/ below everything, and no module
 takes part in an import cycle. Every import is read from the source (ast), at module level
-and inside functions alike: a function-local import does not hide a wrong direction."""
+and inside functions alike: a function-local import does not hide a wrong direction, and one of
+the package's own modules inside a function says why (`# deferred:`, the CLI's start-up)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,24 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> list[tuple[int, 
     return [(line, target) for line, target in found if target in known]
 
 
+def deferred_imports_without_reason(module: str, path: Path, known: dict[str, Path]) -> list[str]:
+    """The functions of `module` that import the package's own modules with no `# deferred:`
+    comment saying why (the only reason kept: the CLI's start-up, which imports a command's
+    modules, and with them the engines, only when that command runs)."""
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines()
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        local = [node for node in ast.walk(function) if isinstance(node, ast.ImportFrom | ast.Import)
+                 and any(target in known for _, target in imports(module, path, known) if _ == node.lineno)]
+        said = any("# deferred:" in lines[node.lineno - 1] for node in local)
+        if local and not said:
+            found.append(f"{module}:{local[0].lineno} ({function.name})")
+    return found
+
+
 def graph() -> dict[str, list[tuple[int, str]]]:
     known = modules()
     return {module: imports(module, path, known) for module, path in known.items()}
@@ -87,6 +106,12 @@ def test_every_import_runs_down_the_layers():
             if there != here and RANKS[there] >= RANKS[here]:
                 wrong.append(f"{module}:{line} imports {target} ({here} may not import {there})")
     assert not wrong, f"imports against {ORDER}:\n" + "\n".join(wrong)
+
+
+def test_every_import_of_our_own_inside_a_function_says_why():
+    known = modules()
+    unsaid = [place for module, path in known.items() for place in deferred_imports_without_reason(module, path, known)]
+    assert not unsaid, "function-local imports without a `# deferred:` reason:\n" + "\n".join(unsaid)
 
 
 def test_no_module_takes_part_in_an_import_cycle():

@@ -48,7 +48,7 @@ def _json_value(value: object) -> object:
 
 def _missing(value: object) -> bool:
     """A pandas cell that holds no value (NaN, None, NA, NaT): the field is absent."""
-    import pandas as pd
+    import pandas as pd  # deferred: only a pandas frame's cells come here, and pandas is not a dependency
 
     if isinstance(value, str | list | dict | tuple) or getattr(value, "ndim", 0):
         return False

@@ -363,7 +363,7 @@ def refuse_paths_not_utf8(args: argparse.Namespace) -> None:
     """Exit 2, before any work, for a path given (or the working folder a relative one is in)
     that is not UTF-8 text: DuckDB reads and writes paths as UTF-8 only, and the warehouse
     records runs, KBs and baselines by their paths as text."""
-    from ..warehouse.warehouse import utf8_path
+    from ..warehouse.warehouse import utf8_path  # deferred: a usage error ends before the warehouse loads
 
     for name, value in vars(args).items():
         if isinstance(value, Path) and name not in WRITE_ONLY_PATHS:

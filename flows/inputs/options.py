@@ -89,7 +89,7 @@ class Option:
     @property
     def annotation(self) -> Any:
         """The flow parameter's type; a default of None makes it optional."""
-        from pydantic import Field
+        from pydantic import Field  # deferred: only the flow's signature needs it, never the CLI's parser
 
         if self.choices:
             kind: Any = Literal[self.choices]

@@ -246,10 +246,10 @@ def make_task_runner(task_runner: str = "thread", dask_address: str | None = Non
         from prefect.task_runners import ThreadPoolTaskRunner
 
         return ThreadPoolTaskRunner(max_workers=THREAD_WORKERS)
-    from prefect_dask import DaskTaskRunner
+    from prefect_dask import DaskTaskRunner  # deferred: the dask extra is optional
 
     if dask_address is not None:
-        from distributed import Client
+        from distributed import Client  # deferred: the dask extra is optional
 
         with Client(dask_address, timeout=30) as client:
             check_workers(client, api_url)
@@ -267,7 +267,7 @@ def worker_spawn_environment(task_runner: str, dask_address: str | None, api_url
     if task_runner != "dask" or dask_address is not None:
         yield
         return
-    import dask
+    import dask  # deferred: the dask extra is optional
 
     saved = dict(os.environ)
     try:

@@ -2,7 +2,10 @@
 one line and exit 2), a lost API noticed within seconds instead of minutes of retries, Prefect's
 own output quiet, no telemetry, heartbeats for served runs and the automation that marks a run
 whose heartbeats stopped Crashed, and, without an API, a server started up front and named to
-every process of the run (Prefect's temporary one; for `serve`, `prefect server start`)."""
+every process of the run (Prefect's temporary one; for `serve`, `prefect server start`).
+
+Prefect is imported inside each function: the CLI imports this module to check the API before
+Prefect's own import, which costs seconds."""
 
 from __future__ import annotations
 

@@ -138,7 +138,7 @@ class RunCommit:
 
 def describe_part(path: Path, root: Path) -> PartFile:
     """The record of a part already on disk: its size, row count, digest and mtime."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # deferred: the CLI imports this module before the engines
 
     metadata = pq.ParquetFile(path).metadata
     stat = path.stat()
