@@ -19,7 +19,7 @@ def evaluate(cases, *, k, ks=(), relevance_level=1, allow_rejects=False, run_id=
     the rules raises RejectedRecords, unless `allow_rejects` (then `.rejects` lists them);
     `run_id` names the run in the frames (default "python"). See the README.
     """
-    from .flows.api import evaluate as evaluate_cases
+    from .flows.commands.api import in_memory_figures  # deferred: `import retrieval_eval` loads no engine
 
-    return evaluate_cases(cases, k=k, ks=ks, relevance_level=relevance_level, allow_rejects=allow_rejects,
-                          run_id=run_id)
+    return in_memory_figures(cases, k=k, ks=ks, relevance_level=relevance_level, allow_rejects=allow_rejects,
+                             run_id=run_id)

@@ -14,11 +14,12 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pyarrow as pa
-from retrieval_eval.flows.job import InProcess, JobOptions, JobResult, run_job
-from retrieval_eval.flows.views import open_reader
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.job.job import InProcess, JobOptions, JobResult, run_job
+from retrieval_eval.flows.warehouse.committed import read_state
+from retrieval_eval.flows.warehouse.views import open_reader
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, merge_partials
-from retrieval_eval.transforms.case_metrics import cutoffs, evaluate_cases
+from retrieval_eval.transforms.case_metrics import cutoffs, scored_cases
 from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA
 from retrieval_eval.transforms.manifest import Manifest
 from retrieval_eval.transforms.rankings import retrieved_items
@@ -103,7 +104,7 @@ class Evaluated:
         self.warehouse = Warehouse(warehouse)
 
     def view(self, name: str) -> pl.DataFrame:
-        with open_reader(self.warehouse) as con:
+        with open_reader(self.warehouse, read_state(self.warehouse)) as con:
             return con.table(name).pl()
 
     def metrics(self, case_id: str, k: int) -> dict:
@@ -145,7 +146,7 @@ def score(records: list[dict], *, k: int = 4, ks=(), relevance_level: int = 1, r
         clean.append(json.loads(verdict.clean))
     staged = stage(pa.Table.from_pylist(clean, schema=CLEAN_CASES_SCHEMA), relevance_level)
     retrieved = retrieved_items(staged, run_id)
-    evaluated = evaluate_cases(staged, retrieved, run_id, k, cutoffs(k, ks), scoring_connection())
+    evaluated = scored_cases(staged, retrieved, run_id, k, cutoffs(k, ks), scoring_connection())
     manifest = Manifest(run_id, "2026-11-01T02:00:00Z", datetime(2026, 11, 1, 2, tzinfo=UTC), k, None, None, {})
     runs = run_summary(manifest, evaluated.counts, 0, k, cutoffs(k, ks), relevance_level, "memory", "-", "-")
     return Scored({
@@ -179,4 +180,5 @@ def cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: f
 
 def reader(warehouse) -> duckdb.DuckDBPyConnection:
     """A connection with the views of the warehouse at `warehouse` (a path or a Warehouse)."""
-    return open_reader(warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse))
+    warehouse = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+    return open_reader(warehouse, read_state(warehouse))

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from builders import copy_sample, score
 from s3_server import moto_endpoint, s3_bucket, store_under_test  # noqa: F401  (loopback S3 fixtures)
-from retrieval_eval.flows.warehouse import Warehouse
-from retrieval_eval.flows.warehouse_check import audit_warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse_check import audit_warehouse
 
 
 @pytest.fixture
-def evaluate_cases():
+def scored_cases():
     """Score records with the pure steps (one run, in memory)."""
     return lambda records, **options: score(records, **options)
 

@@ -128,7 +128,7 @@ def test_bad_records_raise_naming_their_record(make, name):
         f"{name}:4: case_id 'ok' repeats line 1",
     ]
     assert "(use allow_rejects=True to load the valid records)" in str(refused.value)  # the API's way, not the flag
-    from retrieval_eval.flows.api import evaluate
+    from retrieval_eval.flows.commands.api import in_memory_figures as evaluate
 
     kept = evaluate(make(BAD), k=1, allow_rejects=True)
     assert kept.case_metrics["case_id"].to_list() == ["ok"] and len(kept.rejects) == 3

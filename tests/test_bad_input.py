@@ -10,7 +10,7 @@ import pytest
 from builders import case, chunk, evaluate, job_options, reader, write_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.errors import InputError, RejectedRecords
 from retrieval_eval.transforms.records import record_problem
 
@@ -245,7 +245,7 @@ def test_fuzzed_lines_are_all_accounted_for(tmp_path_factory, lines):
 
 
 def test_clean_gzip_cases_file_takes_the_fast_path(tmp_path, monkeypatch):
-    import retrieval_eval.flows.ingest as ingest
+    import retrieval_eval.flows.sources.ingest as ingest
 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=[GOOD])
     (run_dir / "cases.jsonl").unlink()

@@ -1,4 +1,4 @@
-"""The strict parser of the first read (flows/_case_columns.c): it never takes a line the record
+"""The strict parser of the first read (flows/sources/_case_columns.c): it never takes a line the record
 rules (transforms/records.py) refuse, unless staging refuses that line's values as it does for
 any reader; the columns it gives are the values json.loads reads; it takes every well-typed
 record; and a file read through it gives the tables Arrow's reader gives.
@@ -17,8 +17,8 @@ import pytest
 from builders import case, chunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows import _case_columns, case_file
-from retrieval_eval.flows.case_file import CaseFileRead, parsed_batch
+from retrieval_eval.flows.sources import _case_columns, case_file
+from retrieval_eval.flows.sources.case_file import CaseFileRead, parsed_batch
 from retrieval_eval.transforms.case_schema import NotClean
 from retrieval_eval.transforms.records import MAX_RECORD_BYTES, judge_line
 from retrieval_eval.transforms.staging import stage
@@ -311,7 +311,7 @@ def test_a_gzip_file_and_a_clean_copy_are_read_by_arrow(tmp_path):
 
 
 def test_without_the_parser_every_read_takes_arrow_and_the_job_gives_the_same_figures(tmp_path, monkeypatch):
-    # An install without a C compiler has no flows/_case_columns (the extension is optional).
+    # An install without a C compiler has no flows/sources/_case_columns (the extension is optional).
     from builders import SAMPLE_RUNS, evaluate, job_options, reader
 
     def figures(warehouse):

@@ -1,4 +1,4 @@
-"""One read of a cases file (flows/case_file.py): the read the CLI starts before the engines
+"""One read of a cases file (flows/sources/case_file.py): the read the CLI starts before the engines
 are imported is the one the first ingest takes and gives what a read started on demand gives;
 a read nobody takes is stopped; its facts tell what JSON forbids and Arrow would take."""
 
@@ -10,7 +10,7 @@ import pytest
 from builders import case, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.case_file import CaseFileRead, Prefetch, scan_facts
+from retrieval_eval.flows.sources.case_file import CaseFileRead, Prefetch, scan_facts
 from retrieval_eval.transforms.case_schema import NotClean
 
 
@@ -77,7 +77,7 @@ def test_the_facts_tell_what_json_forbids(tmp_path, text, json_only):
 
 
 def test_a_token_split_across_blocks_is_seen(tmp_path, monkeypatch):
-    import retrieval_eval.flows.case_file as case_file
+    import retrieval_eval.flows.sources.case_file as case_file
 
     monkeypatch.setattr(case_file, "BLOCK_BYTES", 8)
     path = tmp_path / "cases.jsonl"
@@ -91,7 +91,7 @@ def test_a_token_split_across_blocks_is_seen(tmp_path, monkeypatch):
 @given(st.lists(st.sampled_from([b"N", b"a", b"NaN", b"Na", b"I", b"Infinit", b"Infinity", b"nfinity", b"x", b"\n"]),
                 max_size=12))
 def test_the_token_search_finds_what_a_substring_search_finds(pieces):
-    from retrieval_eval.flows.case_file import NON_JSON_NUMBERS, _holds_token
+    from retrieval_eval.flows.sources.case_file import NON_JSON_NUMBERS, _holds_token
 
     data = b"".join(pieces)
     expected = any(token in data for token in NON_JSON_NUMBERS)
@@ -123,7 +123,7 @@ def _facts_by_hand(data: bytes) -> tuple[int, int, bool]:
 )
 def test_the_scan_of_a_file_in_blocks_agrees_with_the_whole_bytes(pieces, block_bytes, find_budget):
     # find_budget: how many hits `find` takes before NumPy's pass (0: NumPy at the first hit)
-    from retrieval_eval.flows import case_file
+    from retrieval_eval.flows.sources import case_file
 
     data = b"".join(pieces)
     scan = case_file._Scan()
@@ -139,7 +139,7 @@ def test_the_scan_of_a_file_in_blocks_agrees_with_the_whole_bytes(pieces, block_
 
 def test_tables_asked_of_a_closed_read_end_it_rather_than_wait(tmp_path):
     # a read closed by someone else (found by a review, 2026-12-04: it waited for ever)
-    from retrieval_eval.flows.case_file import Stopped
+    from retrieval_eval.flows.sources.case_file import Stopped
 
     read = CaseFileRead(_cases_file(tmp_path))
     read.close()

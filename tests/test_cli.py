@@ -119,7 +119,7 @@ def test_query_explains_and_profiles_a_select(sample_run):
     "explain analyze with x as (select 1) select * from x",
 ])
 def test_query_takes_every_form_of_explain_over_a_select(sql):
-    from retrieval_eval.flows.query import read_only_statement
+    from retrieval_eval.flows.outputs.query import read_only_statement
 
     assert read_only_statement(sql) == sql
 
@@ -236,7 +236,9 @@ def test_usage_errors_exit_2_without_traceback(tmp_path, args, message):
 
 GC_SEEN = """
 import gc, sys
-from retrieval_eval.flows import cli, entry, job
+from retrieval_eval.flows.commands import cli, entry
+from retrieval_eval.flows.commands import run as run_command
+from retrieval_eval.flows.job import job
 from retrieval_eval.transforms.errors import InputError
 
 importing, working = [], []  # the collector while the engines are imported / during the work
@@ -258,7 +260,7 @@ def run_job(options, steps):
     raise InputError("stopped by the test")
 
 
-cli.import_engines, cli.cmd_schema, job.run_job = recorded_import, schema, run_job
+cli.import_engines, run_command.import_engines, cli.cmd_schema, job.run_job = recorded_import, recorded_import, schema, run_job
 sys.argv = ["retrieval-eval", *sys.argv[1:]]
 code = entry.console()
 print(code, importing, working, gc.isenabled())
@@ -272,7 +274,7 @@ print(code, importing, working, gc.isenabled())
     (["run", "--qrels", "qrels.txt"], "2 [] [] True"),  # bad usage, met before anything is imported
 ])
 def test_the_collector_is_off_only_while_the_command_is_imported(argv, expected, tmp_path):
-    # flows/entry.py turns the garbage collector off for the imports; it must be on again, with
+    # flows/commands/entry.py turns the garbage collector off for the imports; it must be on again, with
     # what the imports made frozen, for the command's work (a served deployment runs for days)
     # and on every way out.
     root = copy_sample(tmp_path)

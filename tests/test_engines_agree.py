@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 from builders import evaluate, job_options, reader
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import (
     aggregates,
     merge_partials,

@@ -10,25 +10,25 @@ from pathlib import Path
 
 import pytest
 from builders import case, chunk, evaluate, job_options, write_run
-from retrieval_eval.flows import evaluation_key as key_module
-from retrieval_eval.flows.evaluation import Loaded, Reused
-from retrieval_eval.flows.evaluation_key import (CODE_FOLDERS, NOT_EVALUATION, PACKAGE_ROOT, code_digest,
+from retrieval_eval.flows.warehouse import evaluation_key as key_module
+from retrieval_eval.flows.job.run_steps import Loaded, Reused
+from retrieval_eval.flows.warehouse.evaluation_key import (CODE_FOLDERS, NOT_EVALUATION, PACKAGE_ROOT, code_digest,
                                                  code_files)
 
 # The code the issue found outside the old hand-kept list, and the rest of what reads, judges
 # and computes a run: the strict parser (source and compiled), the readers, the record rules,
 # the sources, the SQL models and the metric steps.
 DECIDING_FILES = [
-    "flows/_case_columns.c", "transforms/case_schema.py", "transforms/deep_json.py", "flows/trec_files.py",
-    "flows/case_file.py", "flows/ingest.py", "flows/artifacts.py", "transforms/records.py",
+    "flows/sources/_case_columns.c", "transforms/case_schema.py", "transforms/deep_json.py", "flows/sources/trec_files.py",
+    "flows/sources/case_file.py", "flows/sources/ingest.py", "flows/sources/artifacts.py", "transforms/records.py",
     "transforms/manifest.py", "transforms/staging.py", "transforms/trec.py", "transforms/metrics.py",
     "transforms/rankings.py", "transforms/case_metrics.py", "transforms/aggregates.py", "transforms/run_summary.py",
-    "flows/evaluation.py", "sql/case_metrics.sql", "sql/trec_rows_by_topic.sql", "sql/audits/unique_keys.sql",
+    "flows/job/run_steps.py", "sql/case_metrics.sql", "sql/trec_rows_by_topic.sql", "sql/audits/unique_keys.sql",
 ]
 
 # Where a run is read, judged and evaluated: everything these import or load must be covered.
-EVALUATION_ENTRY_MODULES = ["flows/evaluation.py", "flows/ingest.py", "flows/trec_files.py", "flows/plan.py",
-                            "flows/artifacts.py", "flows/case_file.py", "flows/api.py"]
+EVALUATION_ENTRY_MODULES = ["flows/job/run_steps.py", "flows/sources/ingest.py", "flows/sources/trec_files.py", "flows/job/plan.py",
+                            "flows/sources/artifacts.py", "flows/sources/case_file.py", "flows/commands/api.py"]
 
 
 def code_copy(tmp_path: Path) -> Path:
@@ -40,7 +40,7 @@ def code_copy(tmp_path: Path) -> Path:
 
 
 def compiled_parser() -> str | None:
-    return next((name for name in code_files(PACKAGE_ROOT) if name.startswith("flows/_case_columns.")
+    return next((name for name in code_files(PACKAGE_ROOT) if name.startswith("flows/sources/_case_columns.")
                  and not name.endswith(".c")), None)
 
 

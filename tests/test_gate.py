@@ -10,9 +10,9 @@ import math
 import polars as pl
 import pytest
 from builders import case, chunk, cli, evaluate, job_options, write_run
-from retrieval_eval.flows.baseline_file import read_baseline
-from retrieval_eval.flows.gating import GateOptions, gate_run, refresh_baseline
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.inputs.baseline_file import read_baseline
+from retrieval_eval.flows.outputs.warehouse_gate import GateOptions, gate_run, refresh_baseline
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.aggregates import aggregates, slice_partials
 from retrieval_eval.transforms.baseline import (
     AGGREGATE_FIELDS,
@@ -280,7 +280,7 @@ def test_a_bad_kb_is_refused_naming_each_bad_card_by_its_line(tmp_path):
 
 def test_a_kb_card_gets_one_verdict_whatever_the_other_cards_hold(tmp_path):
     from builders import REPO
-    from retrieval_eval.flows.kb import kb_titles, read_kb
+    from retrieval_eval.flows.inputs.kb import kb_titles, read_kb
 
     odd = ['{"id": "card-a", "title": "A", "size": 1e999}', '{"id": "card-b", "title": "B", "x": {"k": 1, "k": 2}}']
     kb = tmp_path / "cards.jsonl"
@@ -295,7 +295,7 @@ def test_a_job_judges_its_kb_once_and_its_gate_tells_the_flips_whose_gold_is_not
     """`run --kb K --baseline B`: each card of K gets one verdict in the whole job (the report
     and the gate use the KB the job read), and the gate's flips whose gold is not a card of K
     say so (reason gold_not_in_kb, transforms/flips.py)."""
-    from retrieval_eval.flows import kb as kb_module
+    from retrieval_eval.flows.inputs import kb as kb_module
 
     runs, warehouse, baseline = tmp_path / "runs", tmp_path / "wh", tmp_path / "baseline.json"
     kb = tmp_path / "cards.jsonl"

@@ -25,8 +25,8 @@ from builders import (
     job_options,
     write_run,
 )
-from retrieval_eval.flows.warehouse import Warehouse
-from retrieval_eval.flows.warehouse_check import audit_warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse_check import audit_warehouse
 from retrieval_eval.transforms.metrics import METRICS
 
 LOG2_3 = math.log2(3)

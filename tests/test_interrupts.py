@@ -66,7 +66,7 @@ def test_a_signal_inside_engine_code_is_raised_once_the_thread_has_left_it(monke
     """Polars calls Python from Rust (a frame's dtypes, a function given to it); an exception
     raised there panics in Rust. The handler waits for the main thread to leave such code."""
     import polars as pl
-    from retrieval_eval.flows import cli
+    from retrieval_eval.flows.commands import cli
 
     for name in ("_received", "_raised", "_deferrals"):
         monkeypatch.setattr(cli, name, [])
@@ -84,7 +84,7 @@ def test_a_signal_inside_engine_code_is_raised_once_the_thread_has_left_it(monke
 
 
 def test_a_signal_never_waits_for_engine_code_forever(monkeypatch):
-    from retrieval_eval.flows import cli
+    from retrieval_eval.flows.commands import cli
 
     for name in ("_received", "_raised", "_deferrals"):
         monkeypatch.setattr(cli, name, [])
@@ -103,8 +103,8 @@ def test_an_interrupt_deferred_then_met_again_inside_a_commit_is_raised_after_th
     Ctrl-C comes again: once the commit is whole, the interrupt is raised, not lost."""
     import os
 
-    from retrieval_eval.flows import cli
-    from retrieval_eval.flows.interrupts import interrupts_deferred
+    from retrieval_eval.flows.commands import cli
+    from retrieval_eval.flows.storage.interrupts import interrupts_deferred
 
     for name in ("_received", "_raised", "_deferrals"):
         monkeypatch.setattr(cli, name, [])
@@ -133,7 +133,7 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_done(monkeypatch
     import importlib.abc
     import os
 
-    from retrieval_eval.flows import cli
+    from retrieval_eval.flows.commands import cli
 
     for name in ("_received", "_raised", "_deferrals"):
         monkeypatch.setattr(cli, name, [])
@@ -169,7 +169,7 @@ def test_a_signal_during_an_import_is_raised_once_the_import_is_done(monkeypatch
 
 LATE_SIGNAL = """
 import atexit, os, signal, sys, time
-from retrieval_eval.flows import cli
+from retrieval_eval.flows.commands import cli
 
 cli.main = lambda argv=None: 0  # a command that has done its work
 
@@ -196,16 +196,16 @@ SIGNAL_WHILE_IMPORTING = """
 import importlib.abc, os, signal, sys, time
 
 
-class SignalOnImport(importlib.abc.MetaPathFinder):  # the signal lands while flows/cli.py is imported
+class SignalOnImport(importlib.abc.MetaPathFinder):  # the signal lands while flows/commands/cli.py is imported
     def find_spec(self, name, path, target=None):
-        if name == "retrieval_eval.flows.cli":
+        if name == "retrieval_eval.flows.commands.cli":
             os.kill(os.getpid(), int(sys.argv[1]))
             time.sleep(1)
         return None
 
 
 sys.meta_path.insert(0, SignalOnImport())
-from retrieval_eval.flows import entry
+from retrieval_eval.flows.commands import entry
 
 sys.exit(entry.console())
 """

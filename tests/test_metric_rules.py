@@ -17,10 +17,10 @@ def log2(x: float) -> float:
     return math.log(x, 2)
 
 
-def test_rule_2_1_card_identity_is_parent_id_else_id(evaluate_cases):
+def test_rule_2_1_card_identity_is_parent_id_else_id(scored_cases):
     # Cards: A (parent of A::00), B (no parent_id), C::00 (empty parent_id → its own id).
     retrieved = [chunk("A::00", "A"), chunk("B"), chunk("C::00", "")]
-    wh = evaluate_cases([
+    wh = scored_cases([
         case("by-parent", retrieved, ["A"]),      # A is the card at rank 1
         case("by-own-id", retrieved, ["C::00"]),  # C::00 is the card at rank 3
         case("chunk-id-is-not-the-card", retrieved, ["A::00"]),  # A::00's card is A: no hit
@@ -32,19 +32,19 @@ def test_rule_2_1_card_identity_is_parent_id_else_id(evaluate_cases):
     assert cards == ["A", "B", "C::00"]
 
 
-def test_rule_2_2_rank_is_list_position_not_score(evaluate_cases):
+def test_rule_2_2_rank_is_list_position_not_score(scored_cases):
     # Scores rise down the list; the list order still ranks G first, so RR = 1/1.
     retrieved = [chunk("G::00", "G", 0.1), chunk("X::00", "X", 0.5), chunk("Y::00", "Y", 0.9)]
-    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[1])
+    wh = scored_cases([case("c", retrieved, ["G"])], ks=[1])
     row = wh.metrics("c", 1)
     assert row["hit_at_k"] == 1.0
     assert row["reciprocal_rank_at_k"] == 1.0
 
 
-def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(evaluate_cases):
+def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(scored_cases):
     # SPEC example: [A::00, A::01, B::00, X::00], gold {X} → distinct cards A, B, X: X at rank 3.
     retrieved = [chunk("A::00", "A"), chunk("A::01", "A"), chunk("B::00", "B"), chunk("X::00", "X")]
-    wh = evaluate_cases([case("c", retrieved, ["X"])], ks=[2, 3])
+    wh = scored_cases([case("c", retrieved, ["X"])], ks=[2, 3])
     assert wh.metrics("c", 2)["hit_at_k"] == 0.0  # first 2 distinct cards: A, B
     assert wh.metrics("c", 3)["hit_at_k"] == 1.0
     assert wh.metrics("c", 4)["first_relevant_rank"] == 3
@@ -53,14 +53,14 @@ def test_rule_2_3_siblings_are_deduplicated_before_the_cutoff(evaluate_cases):
     assert ranks == [1, None, 2, 3]  # the sibling A::01 has no card rank
 
 
-def test_cases_keep_their_first_distinct_cards_in_rank_order(evaluate_cases):
+def test_cases_keep_their_first_distinct_cards_in_rank_order(scored_cases):
     # 60 distinct cards c00..c59, each as two sibling chunks, gold c55 at distinct rank 56: the
     # case keeps c00..c49 (TOP_CARDS = 50, transforms/rankings.py) in rank order, and n_cards
     # counts all 60. A case keeps its cards down to the headline k (4) or to its first gold
     # card, whichever is deeper: ten cards with gold at rank 7 keep 7, with no gold retrieved 4.
     retrieved = [chunk(f"c{i:02d}::{part}", f"c{i:02d}") for i in range(60) for part in (0, 1)]
     ten = [chunk(f"c{i:02d}") for i in range(10)]
-    wh = evaluate_cases([case("deep", retrieved, ["c55"]), case("short", [chunk("b::1", "b"), chunk("a")], ["a"]),
+    wh = scored_cases([case("deep", retrieved, ["c55"]), case("short", [chunk("b::1", "b"), chunk("a")], ["a"]),
                          case("gold-at-7", ten, ["c06"]), case("gold-missed", ten, ["x"]),
                          case("gold-at-2", ten, ["c01", "c08"])], k=4)
     rows = {row["case_id"]: row for row in wh.view("cases").iter_rows(named=True)}
@@ -71,9 +71,9 @@ def test_cases_keep_their_first_distinct_cards_in_rank_order(evaluate_cases):
     assert rows["gold-at-2"]["top_cards"] == [f"c{i:02d}" for i in range(4)]
 
 
-def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(evaluate_cases):
+def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(scored_cases):
     retrieved = [chunk("A::00", "A"), chunk("B::00", "B")]
-    wh = evaluate_cases([
+    wh = scored_cases([
         # relevant_ids {B} overrides must_cite {Z}: hit at rank 2.
         case("override", retrieved, ["Z"], relevant_ids=["B"]),
         # relevant_ids null → must_cite_one_of {A}.
@@ -89,9 +89,9 @@ def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(evalu
 
 @pytest.mark.parametrize("gold_field", [{}, {"must_cite_one_of": None}, {"must_cite_one_of": []},
                                         {"must_cite_one_of": ["A"], "relevant_ids": []}])
-def test_rule_2_4_empty_gold_contributes_no_rows(evaluate_cases, gold_field):
+def test_rule_2_4_empty_gold_contributes_no_rows(scored_cases, gold_field):
     retrieved = [chunk("A::00", "A")]
-    wh = evaluate_cases([case("labelled", retrieved, ["A"]), case("unlabelled", retrieved, **gold_field)])
+    wh = scored_cases([case("labelled", retrieved, ["A"]), case("unlabelled", retrieved, **gold_field)])
     metrics = wh.view("case_metrics")
     assert metrics["case_id"].unique().to_list() == ["labelled"]
     assert wh.view("runs")["n_labelled"].to_list() == [1]
@@ -100,8 +100,8 @@ def test_rule_2_4_empty_gold_contributes_no_rows(evaluate_cases, gold_field):
     assert hit_all["mean"].to_list() == [1.0] and hit_all["n"].to_list() == [1]
 
 
-def test_rule_2_5_labelled_case_with_empty_retrieval_scores_zero_and_counts(evaluate_cases):
-    wh = evaluate_cases([
+def test_rule_2_5_labelled_case_with_empty_retrieval_scores_zero_and_counts(scored_cases):
+    wh = scored_cases([
         case("empty", [], ["A"]),
         case("adversarial-with-gold", [chunk("A::00", "A")], ["A"], category="adversarial"),
     ])
@@ -113,14 +113,14 @@ def test_rule_2_5_labelled_case_with_empty_retrieval_scores_zero_and_counts(eval
     assert hit_all.row(0, named=True)["n"] == 2 and hit_all.row(0, named=True)["mean"] == 0.5
 
 
-def test_rule_2_6_metric_formulas_by_hand(evaluate_cases):
+def test_rule_2_6_metric_formulas_by_hand(scored_cases):
     # gold {A, B, C}; list A, X, B, Y (all distinct cards) at k = 4:
     #   hits = 2 (A at 1, B at 3)      hit = 1      recall = 2/3      precision = 2/4
     #   DCG  = 1/log2(2) + 1/log2(4) = 1 + 0.5 = 1.5
     #   IDCG = 1/log2(2) + 1/log2(3) + 1/log2(4) = 2.130930
     #   nDCG = 1.5 / 2.130930 = 0.703918      RR = 1/1
     retrieved = [chunk("A::00", "A"), chunk("X::00", "X"), chunk("B::00", "B"), chunk("Y::00", "Y")]
-    wh = evaluate_cases([case("c", retrieved, ["A", "B", "C"])])
+    wh = scored_cases([case("c", retrieved, ["A", "B", "C"])])
     row = wh.metrics("c", 4)
     assert row["hit_at_k"] == 1.0
     assert row["recall_at_k"] == pytest.approx(2 / 3, abs=1e-12)
@@ -131,23 +131,23 @@ def test_rule_2_6_metric_formulas_by_hand(evaluate_cases):
     assert row["first_relevant_rank"] == 1
 
 
-def test_rule_2_6_precision_divides_by_k_even_when_fewer_were_retrieved(evaluate_cases):
+def test_rule_2_6_precision_divides_by_k_even_when_fewer_were_retrieved(scored_cases):
     # One card retrieved, and it is gold: P@4 = 1/4 (trec_eval P_k), not 1/1.
-    wh = evaluate_cases([case("c", [chunk("A::00", "A")], ["A"])])
+    wh = scored_cases([case("c", [chunk("A::00", "A")], ["A"])])
     assert wh.metrics("c", 4)["precision_at_k"] == 0.25
 
 
-def test_rule_2_6_ndcg_ideal_is_cut_at_k_so_never_above_one(evaluate_cases):
+def test_rule_2_6_ndcg_ideal_is_cut_at_k_so_never_above_one(scored_cases):
     # 5 gold cards, k = 2, both top cards gold: DCG = IDCG = 1 + 1/log2(3) → nDCG = 1.0.
     retrieved = [chunk(f"{c}::00", c) for c in "ABCDE"]
-    wh = evaluate_cases([case("c", retrieved, list("ABCDE"))], ks=[2])
+    wh = scored_cases([case("c", retrieved, list("ABCDE"))], ks=[2])
     assert wh.metrics("c", 2)["ndcg_at_k"] == pytest.approx(1.0, abs=1e-12)
     assert wh.metrics("c", 2)["recall_at_k"] == pytest.approx(2 / 5)
 
 
-def test_rule_2_6_reciprocal_rank_is_zero_beyond_k_but_first_rank_is_kept(evaluate_cases):
+def test_rule_2_6_reciprocal_rank_is_zero_beyond_k_but_first_rank_is_kept(scored_cases):
     retrieved = [chunk(f"{c}::00", c) for c in "XYZG"]
-    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[2])
+    wh = scored_cases([case("c", retrieved, ["G"])], ks=[2])
     row = wh.metrics("c", 2)
     assert row["reciprocal_rank_at_k"] == 0.0
     assert row["first_relevant_rank"] == 4  # "at which k does this case enter": the whole list
@@ -170,10 +170,10 @@ def test_rule_2_7_k_flag_overrides_manifest(tmp_path):
     assert wh.view("runs")["headline_k"].to_list() == [2]
 
 
-def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(evaluate_cases):
+def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(scored_cases):
     # 2 distinct cards captured; k = 10 is computed on them (hit at rank 2) and flagged.
     retrieved = [chunk("X::00", "X"), chunk("G::00", "G")]
-    wh = evaluate_cases([case("c", retrieved, ["G"])], ks=[10])
+    wh = scored_cases([case("c", retrieved, ["G"])], ks=[10])
     row = wh.metrics("c", 10)
     assert row["hit_at_k"] == 1.0 and row["k_beyond_depth"] is True
     assert row["precision_at_k"] == pytest.approx(0.1)
@@ -181,10 +181,10 @@ def test_rule_2_7_k_beyond_captured_depth_is_computed_and_warned(evaluate_cases)
     assert any("k=10 is beyond the deepest capture" in w and "cannot show" in w for w in warnings)
 
 
-def test_rule_2_7_cases_shallower_than_any_k_of_the_sweep_are_warned(evaluate_cases):
+def test_rule_2_7_cases_shallower_than_any_k_of_the_sweep_are_warned(scored_cases):
     # Case a captured 2 distinct cards (its sibling chunk X::01 is not a card of its own), b 6:
     # at k=1 none is shallow; at k=4 (the headline) and k=5 a is; the run's deepest is 6.
-    wh = evaluate_cases([
+    wh = scored_cases([
         case("a", [chunk("X::00", "X"), chunk("X::01", "X"), chunk("G::00", "G")], ["G"]),
         case("b", [chunk(f"C{i}::00", f"C{i}") for i in range(6)], ["G"]),
     ], ks=[1, 5])
@@ -194,12 +194,12 @@ def test_rule_2_7_cases_shallower_than_any_k_of_the_sweep_are_warned(evaluate_ca
         "k=4: 1, k=5: 1; they are scored on what was captured."]
 
 
-def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
+def test_rule_2_8_slice_means_with_n_and_wilson_interval(scored_cases):
     # en: hits 1, 0; es-419: hit 1; one unlabelled case. all: mean 2/3, n = 3.
     # Wilson 95% for 2/3 (z = 1.959964): centre (p + z²/2n)/(1 + z²/n) = 0.57313,
     # half-width z·sqrt(p(1-p)/n + z²/4n²)/(1 + z²/n) = 0.36543 → [0.2077, 0.9385]
     # (the textbook value for 2 successes in 3).
-    wh = evaluate_cases([
+    wh = scored_cases([
         case("en-1", [chunk("A::00", "A")], ["A"], locale="en"),
         case("en-2", [chunk("B::00", "B")], ["A"], locale="en", category="adversarial"),
         case("es-1", [chunk("A::00", "A")], ["A"], locale="es-419"),
@@ -219,13 +219,13 @@ def test_rule_2_8_slice_means_with_n_and_wilson_interval(evaluate_cases):
     assert set(agg["slice"].unique()) == {"all", "category", "locale", "locale_category"}
 
 
-def test_rule_2_9_vacuous_run_is_flagged(evaluate_cases):
-    wh = evaluate_cases([case("a", [], ["A"]), case("b", [], ["B"]), case("u", [chunk("A::00", "A")])])
+def test_rule_2_9_vacuous_run_is_flagged(scored_cases):
+    wh = scored_cases([case("a", [], ["A"]), case("b", [], ["B"]), case("u", [chunk("A::00", "A")])])
     assert wh.view("runs")["vacuous"].to_list() == [True]
     warnings = run_warnings(wh.view("runs").row(0, named=True), wh.view("cases").filter(pl.col("n_gold") > 0))
     assert any(w.startswith("VACUOUS RUN") for w in warnings)
 
 
-def test_rule_2_9_a_run_with_some_retrieval_is_not_vacuous(evaluate_cases):
-    wh = evaluate_cases([case("a", [], ["A"]), case("b", [chunk("X::00", "X")], ["B"])])
+def test_rule_2_9_a_run_with_some_retrieval_is_not_vacuous(scored_cases):
+    wh = scored_cases([case("a", [], ["A"]), case("b", [chunk("X::00", "X")], ["B"])])
     assert wh.view("runs")["vacuous"].to_list() == [False]

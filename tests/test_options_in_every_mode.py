@@ -1,4 +1,4 @@
-"""Options mean the same in every mode (SPEC 16): every option of flows/options.py is an argument
+"""Options mean the same in every mode (SPEC 16): every option of flows/inputs/options.py is an argument
 of `run` and `serve`, a parameter of the Prefect flow, of the deployment `serve` makes and of the
 committed prefect.yaml, and reaches the gate in-process, with `--prefect` and on Dask."""
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 from builders import REPO, SAMPLE_BASELINE, SAMPLE_RUNS, cli
-from retrieval_eval.flows import options as definition
-from retrieval_eval.flows.cli import build_parser
-from retrieval_eval.flows.job import flow_parameters, job_options
-from retrieval_eval.flows.options import BY_NAME, OPTIONS
+from retrieval_eval.flows.inputs import options as definition
+from retrieval_eval.flows.commands.cli import build_parser
+from retrieval_eval.flows.job.job import flow_parameters, job_options
+from retrieval_eval.flows.inputs.options import BY_NAME, OPTIONS
 
 # A value other than its default for every option (each within its bounds).
 CHANGED = {
@@ -43,13 +43,13 @@ def test_flow_parameters_give_back_every_option():
 
 
 def test_the_flow_takes_every_option_as_a_typed_parameter_with_its_default():
-    from retrieval_eval.flows.prefect_flows import evaluate_flow
+    from retrieval_eval.flows.job.prefect_flows import job_flow
 
-    schema = evaluate_flow.parameters.properties
+    schema = job_flow.parameters.properties
     assert list(schema) == [option.name for option in OPTIONS]
     assert {name: schema[name].get("default") for name in schema} == {o.name: o.default for o in OPTIONS}
     assert schema["decision"]["enum"] == ["point", "significant", "non-inferior"]
-    assert evaluate_flow.validate_parameters(CHANGED) == CHANGED
+    assert job_flow.validate_parameters(CHANGED) == CHANGED
 
 
 def test_prefect_yaml_holds_every_option_at_the_definitions_value():
@@ -59,7 +59,7 @@ def test_prefect_yaml_holds_every_option_at_the_definitions_value():
 
 
 def test_serve_deploys_every_option():
-    from retrieval_eval.flows.prefect_flows import nightly_deployment
+    from retrieval_eval.flows.job.prefect_flows import nightly_deployment
 
     absolute = {**CHANGED, **{name: str(Path(CHANGED[name]).absolute())
                               for name in ("runs", "kb", "warehouse", "report_dir", "baseline")}}
@@ -143,7 +143,7 @@ def test_a_server_without_its_ui_gets_no_links_to_it(tmp_path):
     script = """
 import os, sys, uuid, httpx
 from prefect.utilities.urls import url_for
-from retrieval_eval.flows.prefect_settings import api_for_run, configured
+from retrieval_eval.flows.job.prefect_settings import api_for_run, configured
 
 with configured(), api_for_run() as api_url:
     link = api_url[: -len("/api")] + f"/runs/flow-run/{uuid.uuid4()}"

@@ -1,4 +1,4 @@
-"""The Prefect flow runs the one job (flows/job.py) with its steps as tasks: the same warehouse
+"""The Prefect flow runs the one job (flows/job/job.py) with its steps as tasks: the same warehouse
 as in-process, plus artifacts; a failed gate is a Failed flow run; Dask workers lost or quiet;
 a dead, a lost and a serving API; a killed flow process seen as Crashed through the API.
 
@@ -30,10 +30,10 @@ from builders import (
     write_run,
 )
 from polars.testing import assert_frame_equal
-from retrieval_eval.flows import prefect_flows
-from retrieval_eval.flows.gating import GateOptions
-from retrieval_eval.flows.prefect_settings import GateFailed, free_port
-from retrieval_eval.flows.warehouse import SCRATCH, Warehouse
+from retrieval_eval.flows.job import prefect_flows
+from retrieval_eval.flows.outputs.warehouse_gate import GateOptions
+from retrieval_eval.flows.job.prefect_settings import GateFailed, free_port
+from retrieval_eval.flows.warehouse.warehouse import SCRATCH, Warehouse
 from retrieval_eval.transforms.errors import InputError
 from test_reliability import synthetic_cases
 
@@ -290,7 +290,7 @@ def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path
     def must_not_run(*args, **kwargs):
         raise AssertionError("an unchanged run was staged or evaluated again")
 
-    monkeypatch.setattr(prefect_flows, "evaluate_batch", must_not_run)
+    monkeypatch.setattr(prefect_flows, "score_batch", must_not_run)
     monkeypatch.setattr(prefect_flows, "Ingest", must_not_run)
     state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
     assert state.is_completed(), state

@@ -40,8 +40,8 @@ def test_many_rejects_are_listed_twenty_and_counted_and_all_land_in_the_rejects_
 
 def test_peak_memory_does_not_grow_with_the_number_of_rejected_records(tmp_path):
     """What is held is bounded by constants, not by the count: a table of at most 100k cases
-    (flows/case_file.py MAX_TABLE_CASES), 50k rejects before a file is written
-    (flows/reject_stream.py FLUSH_ROWS) and 64 MiB of columns read ahead. Past 200k rejects
+    (flows/sources/case_file.py MAX_TABLE_CASES), 50k rejects before a file is written
+    (flows/sources/reject_stream.py FLUSH_ROWS) and 64 MiB of columns read ahead. Past 200k rejects
     those are all reached, so ten times more must cost no more (measured: flat within a few
     MB; holding each reject cost 600 bytes or more, 1.3 GB at 2M)."""
     peaks = {}

@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from builders import case, chunk, evaluate, job_options, reader, write_run
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.errors import RejectedRecords
 from retrieval_eval.transforms.records import MAX_RECORD_BYTES
 
@@ -119,7 +119,7 @@ def test_a_second_writer_refuses_clearly_when_the_lock_is_held_too_long(tmp_path
     with warehouse.locked():
         blocked = subprocess.run(
             [sys.executable, "-c",
-             "from retrieval_eval.flows.warehouse import Warehouse; import sys\n"
+             "from retrieval_eval.flows.warehouse.warehouse import Warehouse; import sys\n"
              "from retrieval_eval.transforms.errors import InputError\n"
              f"try:\n    Warehouse({str(warehouse.root)!r}).locked(timeout_s=0.5).__enter__()\n"
              "except InputError as e:\n    print(e); sys.exit(2)"],
@@ -187,7 +187,7 @@ def committed_files(warehouse: Path, run_id: str) -> dict[str, list[str]]:
 
 
 def test_an_unchanged_run_is_not_read_again(tmp_path, monkeypatch):
-    import retrieval_eval.flows.case_file as case_file
+    import retrieval_eval.flows.sources.case_file as case_file
 
     run_dir = write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(40))
     options = job_options(tmp_path / "runs", tmp_path / "wh")
@@ -295,8 +295,8 @@ def test_a_run_restored_after_a_refusal_is_evaluated_again_with_its_own_rejects(
 
 
 def test_an_engine_error_while_evaluating_is_raised_not_taken_for_bad_records(tmp_path, monkeypatch):
-    import retrieval_eval.flows.evaluation as evaluation
-    import retrieval_eval.flows.ingest as ingest
+    import retrieval_eval.flows.job.run_steps as evaluation
+    import retrieval_eval.flows.sources.ingest as ingest
 
     write_run(tmp_path / "runs", "run-a", lines=synthetic_cases(10))
 
@@ -306,7 +306,7 @@ def test_an_engine_error_while_evaluating_is_raised_not_taken_for_bad_records(tm
     def must_not_run(*args, **kwargs):
         raise AssertionError("valid records were sent to the line-by-line pass")
 
-    monkeypatch.setattr(evaluation, "evaluate_cases", out_of_memory)
+    monkeypatch.setattr(evaluation, "scored_cases", out_of_memory)
     monkeypatch.setattr(ingest, "split_records", must_not_run)
     with pytest.raises(duckdb.OutOfMemoryException):
         evaluate(job_options(tmp_path / "runs", tmp_path / "wh"))

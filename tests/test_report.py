@@ -38,11 +38,11 @@ from builders import (
     reader,
     write_run,
 )
-from retrieval_eval.flows.baseline_file import read_baseline
-from retrieval_eval.flows.kb import read_kb
-from retrieval_eval.flows.progress import Progress
-from retrieval_eval.flows.reports import ReportOptions, write_report
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.inputs.baseline_file import read_baseline
+from retrieval_eval.flows.inputs.kb import read_kb
+from retrieval_eval.flows.job.progress import Progress
+from retrieval_eval.flows.outputs.reports import ReportOptions, write_report
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.errors import InputError
 from retrieval_eval.transforms.report_render import (
     LISTED_CASES,

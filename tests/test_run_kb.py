@@ -19,8 +19,8 @@ import pytest
 from blake3 import blake3
 from builders import case, chunk, cli, write_run
 from retrieval_eval import sql
-from retrieval_eval.flows.kb import read_kb, run_kb
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.inputs.kb import read_kb, run_kb
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 
 
 def cards(*ids: str) -> str:

@@ -1,6 +1,6 @@
-"""The compiled schema checks (flows/schema_predicate.py) against jsonschema itself.
+"""The compiled schema checks (flows/sources/schema_predicate.py) against jsonschema itself.
 
-flows/schemas.py takes a document the compiled check finds valid without asking jsonschema,
+flows/sources/schemas.py takes a document the compiled check finds valid without asking jsonschema,
 so the two must agree on every document. Valid records, manifests and baselines are edited —
 every single edit (each field set to each of the schemas' edge values, removed; an unknown
 key added; a list item repeated), then up to three random ones at a time (hypothesis) — and
@@ -17,8 +17,8 @@ import pytest
 from builders import SAMPLE_BASELINE
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.schema_predicate import Unsure, compile_schema
-from retrieval_eval.flows.schemas import (
+from retrieval_eval.flows.sources.schema_predicate import Unsure, compile_schema
+from retrieval_eval.flows.sources.schemas import (
     compiled_check,
     jsonschema_validator,
     validate,
@@ -177,6 +177,6 @@ def test_a_reference_to_itself_is_followed():
 def test_a_large_valid_baseline_is_not_walked_by_jsonschema(monkeypatch):
     # 20,000 cases: the compiled check answers; a jsonschema walk (~0.4 ms a case) is not made.
     cases = {f"c{i:05d}": next(iter(BASELINE["cases"].values())) for i in range(20_000)}
-    monkeypatch.setattr("retrieval_eval.flows.schemas.jsonschema_validator",
+    monkeypatch.setattr("retrieval_eval.flows.sources.schemas.jsonschema_validator",
                         lambda name: pytest.fail("jsonschema was asked about a valid document"))
     assert validate(BASELINE | {"cases": cases}, "baseline") == []

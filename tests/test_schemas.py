@@ -1,4 +1,4 @@
-"""The JSON Schemas of the run artifacts (SPEC 12, docs/schema/, flows/schemas.py): they are
+"""The JSON Schemas of the run artifacts (SPEC 12, docs/schema/, flows/sources/schemas.py): they are
 valid 2020-12 schemas, the committed sample and baseline pass them, a snapshot written by
 `baseline refresh` passes them, each kind of bad input gets its exact message, and
 `retrieval-eval schema NAME` prints them.
@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUNS, cli, evaluate, job_options, reader, write_run
 from jsonschema import Draft202012Validator
-from retrieval_eval.flows.gating import refresh_baseline
-from retrieval_eval.flows.schemas import (
+from retrieval_eval.flows.outputs.warehouse_gate import refresh_baseline
+from retrieval_eval.flows.sources.schemas import (
     SCHEMA_NAMES,
     SchemaViolation,
     check,
     load_schema,
     validate,
 )
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.errors import InputError
 from retrieval_eval.transforms.manifest import parse_manifest
 from retrieval_eval.transforms.records import record_problem

@@ -238,12 +238,12 @@ def test_every_model_is_named_states_its_grain_and_ends_in_final():
 
 
 def test_parts_written_before_later_columns_read_with_their_defaults():
-    """A run committed by the first warehouse format keeps its parts (flows/views.py
+    """A run committed by the first warehouse format keeps its parts (flows/warehouse/views.py
     LATER_COLUMNS): the views add what it lacks, derived where its columns allow."""
     from datetime import datetime, timezone
 
-    from retrieval_eval.flows.engine import connect
-    from retrieval_eval.flows.views import with_later_columns
+    from retrieval_eval.flows.storage.duckdb_connection import connect
+    from retrieval_eval.flows.warehouse.views import with_later_columns
 
     con = connect()
     old_runs = pl.DataFrame({"run_id": ["old"], "created_at": ["2026-11-02T02:00:00+05:00"]})
@@ -271,8 +271,8 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
 
 
 def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
-    from retrieval_eval.flows.engine import connect
-    from retrieval_eval.flows.views import with_later_columns
+    from retrieval_eval.flows.storage.duckdb_connection import connect
+    from retrieval_eval.flows.warehouse.views import with_later_columns
 
     con = connect()
     bare = pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]})  # no created_at to derive from
@@ -282,13 +282,13 @@ def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
 
 
 def test_card_id_is_computed_by_every_view_whether_a_part_stores_it_or_not(tmp_path):
-    """`retrieved` parts no longer store card_id (flows/views.py DERIVED_COLUMNS); a part of an
+    """`retrieved` parts no longer store card_id (flows/warehouse/views.py DERIVED_COLUMNS); a part of an
     earlier version does. The views (`query`, the report) and the catalog compute it for both by
     SPEC 2.1: parent_id when present and non-empty, else the chunk's id."""
     import duckdb
-    from retrieval_eval.flows.catalog import _view_ddl
-    from retrieval_eval.flows.engine import connect
-    from retrieval_eval.flows.views import with_derived_columns
+    from retrieval_eval.flows.warehouse.catalog import _view_ddl
+    from retrieval_eval.flows.storage.duckdb_connection import connect
+    from retrieval_eval.flows.warehouse.views import with_derived_columns
 
     earlier = pl.DataFrame({"run_id": ["old"] * 2, "case_id": ["a"] * 2, "rank": [1, 2], "chunk_id": ["A::00", "B::00"],
                             "parent_id": ["A", None], "card_id": ["A", "B::00"], "score": [0.9, 0.8], "card_rank": [1, 2]})

@@ -7,7 +7,7 @@ from __future__ import annotations
 import obstore
 import pytest
 from retrieval_eval.flows.storage import AlreadyExists, CorruptObject, NotFound, join_key
-from retrieval_eval.flows.storage.store import checksum_of_bytes
+from retrieval_eval.flows.storage.hashing import checksum_of_bytes
 
 # BLAKE3 of b"hello" (reference: `b3sum` of a file holding those five bytes).
 HELLO_BLAKE3 = "ea8f163db38682925e4491c5e58d4bb3506ef8c14eb78a86e908c5624a67200f"

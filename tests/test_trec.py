@@ -28,9 +28,10 @@ from builders import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows import trec_files
-from retrieval_eval.flows.evaluation import Loaded, Reused
-from retrieval_eval.flows.trec_files import TrecRunRead, read_qrels, run_id_of
+from retrieval_eval.flows.sources import trec_files
+from retrieval_eval.flows.job.run_steps import Loaded, Reused
+from retrieval_eval.flows.sources.trec_files import TrecRunRead, read_qrels, run_id_of
+from retrieval_eval.flows.storage.hashing import file_digest
 from retrieval_eval.transforms.errors import InputError, Reject
 from retrieval_eval.transforms.trec import TopicCameBack
 
@@ -173,7 +174,7 @@ def test_gzip_run_file_and_its_digest_is_of_the_bytes_as_stored(tmp_path):
     path = write(tmp_path / "run.gz", gzip.compress(run_lines([("q", "a", 1.0), ("q", "b", 2.0)]).encode()))
     ranked, read = topics(path)
     assert ranked == {"q": [("b", 2.0), ("a", 1.0)]}
-    assert read.digest == trec_files.file_digest(path)
+    assert read.digest == file_digest(path)
 
 
 def test_interleaved_topics_are_read_again_in_topic_order(tmp_path):

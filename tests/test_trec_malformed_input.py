@@ -9,7 +9,7 @@ from pathlib import Path
 from builders import cli, reader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.trec_files import TrecIngest, trec_source
+from retrieval_eval.flows.sources.trec_files import TrecIngest, trec_source
 from retrieval_eval.transforms.errors import InputError
 
 
@@ -60,7 +60,7 @@ def test_a_spoiled_trec_file_is_read_or_refused_as_bad_input(tmp_path, run_bytes
     qrels.write_bytes(qrels_bytes)
     scratch = tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
-    ingest = TrecIngest(trec_source(run, qrels, "fuzz"), scratch, allow_rejects=allow, block_bytes=16)
+    ingest = TrecIngest(trec_source(run, qrels, "fuzz", top_k=10), scratch, allow_rejects=allow, block_bytes=16)
     try:
         for _ in ingest.batches():
             pass

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
-from retrieval_eval.flows.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 
 REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"
 
@@ -254,7 +254,7 @@ def test_a_warehouse_written_before_the_log_is_adopted_not_lost(tmp_path):
 
 
 def test_a_transaction_leaves_none_of_its_uncommitted_files_or_emptied_folders(tmp_path):
-    from retrieval_eval.flows.warehouse import new_part
+    from retrieval_eval.flows.warehouse.warehouse import new_part
 
     warehouse = Warehouse(tmp_path / "wh")
     (warehouse.root / "cases" / "run_id=other").mkdir(parents=True)
@@ -276,8 +276,8 @@ def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
     # the runs it named are cleaned whether it ends or dies (the next writer's cleanup).
     import json
 
-    from retrieval_eval.flows.evaluation import TxnRef
-    from retrieval_eval.flows.warehouse import PENDING, new_part
+    from retrieval_eval.flows.job.run_steps import TxnRef
+    from retrieval_eval.flows.warehouse.warehouse import PENDING, new_part
 
     warehouse = Warehouse(tmp_path / "wh")
     with warehouse.transaction() as txn:
@@ -307,7 +307,7 @@ def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
 @pytest.mark.parametrize("marker", ['{"txn": "t"}', "{", '{"runs": ["../.."]}', '{"runs": [".."]}', '{"runs": "d"}'],
                          ids=["no runs", "unreadable", "unsafe name", "parent folder", "not a list"])
 def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp_path, marker):
-    from retrieval_eval.flows.warehouse import PENDING, new_part
+    from retrieval_eval.flows.warehouse.warehouse import PENDING, new_part
 
     warehouse = Warehouse(tmp_path / "wh")
     warehouse.log_dir.joinpath(PENDING).mkdir(parents=True)
@@ -364,7 +364,7 @@ def test_warehouse_check_lists_a_killed_writers_files_apart_from_damage(sample):
     # What SIGKILL leaves: the writer's marker and the parts it wrote, in no log entry.
     import json
 
-    from retrieval_eval.flows.warehouse import PENDING, new_part
+    from retrieval_eval.flows.warehouse.warehouse import PENDING, new_part
 
     warehouse = sample / "data" / "warehouse"
     dead = "20261201T000000-deadbeef"
@@ -392,24 +392,24 @@ def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_
     # remove them as uncommitted (before, it judged them by the state it began from).
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from retrieval_eval.flows import warehouse as warehouse_module
-    from retrieval_eval.flows.warehouse import RunCommit, describe_part, new_part
+    from retrieval_eval.flows.warehouse import warehouse as warehouse_module
+    from retrieval_eval.flows.warehouse.warehouse import RunCommit, describe_part, new_part
 
     warehouse = Warehouse(tmp_path / "wh")
-    flush = warehouse_module._fsync
+    flush = warehouse_module.fsync_path
 
     def failing_on_the_log(path):
         if path == warehouse.log_dir:
             raise OSError(5, "Input/output error")
         flush(path)
 
-    monkeypatch.setattr(warehouse_module, "_fsync", failing_on_the_log)
+    monkeypatch.setattr(warehouse_module, "fsync_path", failing_on_the_log)
     with pytest.raises(OSError, match="Input/output error"):
         with warehouse.transaction() as txn:
             path = new_part(warehouse.root, txn.id, "runs", "run-a")
             pq.write_table(pa.table({"run_id": ["run-a"]}), path)
             txn.commit({"run-a": RunCommit({"runs": [describe_part(path, warehouse.root)]}, None, None)})
     assert path.exists()
-    monkeypatch.setattr(warehouse_module, "_fsync", flush)
+    monkeypatch.setattr(warehouse_module, "fsync_path", flush)
     committed = Warehouse(tmp_path / "wh").state().runs["run-a"].tables["runs"]
     assert [warehouse.root / part.path for part in committed] == [path]

@@ -1,7 +1,7 @@
 """The baseline snapshot (SPEC 8): one committed JSON file per gate, byte-identical when
 refreshed from the same run — sorted keys, floats rounded to a fixed number of places, and
 nothing about the refresh itself (no timestamp of it). Its shape is published as a JSON
-Schema (docs/schema/baseline.schema.json); flows/baseline_file.py reads and writes the file."""
+Schema (docs/schema/baseline.schema.json); flows/inputs/baseline_file.py reads and writes the file."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ FLIP_CHOICES = (
 
 
 # How the chunks of the cases' JSON are made: `map` itself, or any function of its shape that
-# gives the results in order (the report's writer makes them on threads, flows/engine.py).
+# gives the results in order (the report's writer makes them on threads, flows/outputs/reports.py `ordered_map`).
 ChunkMap = Callable[[Callable[[int], str], Iterable[int]], Iterable[str]]
 
 

@@ -1,6 +1,6 @@
 """Per-case retrieval metrics at each cutoff k (SPEC 2), computed by sql/case_metrics.sql,
 and the composed evaluation of one batch of staged cases: rankings → cases → case metrics →
-partial sums. The job (flows/job.py) and the Python API (flows/api.py) both call these."""
+partial sums. The job (flows/job/job.py) and the Python API (flows/commands/api.py) both call these."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def case_metrics(cases: pl.DataFrame, ks: list[int], con: duckdb.DuckDBPyConnect
 
 
 @dataclass(frozen=True)
-class EvaluatedCases:
+class ScoredCases:
     """What one batch of staged cases becomes, beside its `retrieved` rows: its `cases` rows,
     their `case_metrics` rows, the partial sums of its aggregates and its counts."""
 
@@ -51,20 +51,20 @@ class EvaluatedCases:
     counts: dict[str, int]
 
 
-def evaluate_cases(
+def scored_cases(
     staged: pl.DataFrame,
     retrieved: pl.DataFrame,
     run_id: str,
     headline_k: int,
     ks: list[int],
     con: duckdb.DuckDBPyConnection | None = None,
-) -> EvaluatedCases:
+) -> ScoredCases:
     """The `cases` rows of staged cases (their `retrieved` rows made by
     transforms/rankings.py `retrieved_items`), their metrics at each k of `ks` (the headline
     k among them) and partial sums."""
     cases = case_rows(staged, retrieved, run_id, headline_k)
     metrics = case_metrics(cases, ks, con)
-    return EvaluatedCases(cases, metrics, slice_partials(metrics), case_counts(cases))
+    return ScoredCases(cases, metrics, slice_partials(metrics), case_counts(cases))
 
 
 def case_counts(cases: pl.DataFrame) -> dict[str, int]:

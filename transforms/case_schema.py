@@ -1,5 +1,5 @@
 """The Arrow shape of a cases file (SPEC 3) and the signal that the fast read cannot take
-it, in a module of their own: flows/case_file.py starts the read with them before Polars
+it, in a module of their own: flows/sources/case_file.py starts the read with them before Polars
 and DuckDB are imported (an import of transforms/staging.py would bring Polars in first).
 """
 

@@ -1,6 +1,6 @@
 """The rules of a knowledge base's cards.jsonl (SPEC 3), one line at a time: each card a
 JSON object with a unique, non-empty `id` and a `title` (text); any other field is kept out,
-whatever it holds. flows/kb.py reads the file and loads the cards these rules accept."""
+whatever it holds. flows/inputs/kb.py reads the file and loads the cards these rules accept."""
 
 from __future__ import annotations
 

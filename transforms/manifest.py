@@ -1,5 +1,5 @@
 """A run's manifest.json (SPEC 3), validated from its parsed JSON before anything of the run
-is written. Reading the file is flows/artifacts.py's."""
+is written. Reading the file is flows/sources/artifacts.py's."""
 
 from __future__ import annotations
 

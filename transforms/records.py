@@ -1,8 +1,8 @@
 """The record rules of a cases.jsonl (SPEC 3 and 6), one line at a time.
 
-Ingest reads a clean file with its fast reader alone (flows/case_file.py: the strict parser
-of flows/_case_columns.c, or Arrow's JSON reader); only when that pass meets a
-record it cannot take (flows/ingest.py) are the file's lines judged here, to name every bad
+Ingest reads a clean file with its fast reader alone (flows/sources/case_file.py: the strict parser
+of flows/sources/_case_columns.c, or Arrow's JSON reader); only when that pass meets a
+record it cannot take (flows/sources/ingest.py) are the file's lines judged here, to name every bad
 record by its line and keep the good ones. Every record these rules accept, the fast pass
 accepts too: what Arrow's reader refuses beyond SPEC 3's types — a field the metrics read
 written twice in one object, an unpaired UTF-16 surrogate escape anywhere — is a rule here as

@@ -1,7 +1,7 @@
 """Staging: Arrow tables of case records → one row per case with its gold, grades and ranked
 items, checked for what Arrow's types cannot say (SPEC 2.4, 3 and 6).
 
-flows/case_file.py reads a cases file (with the strict parser or Arrow's JSON reader) into
+flows/sources/case_file.py reads a cases file (with the strict parser or Arrow's JSON reader) into
 the schemas of transforms/case_schema.py; this step only looks at the values. A record it cannot take
 raises NotClean, and the line-by-line rules of transforms/records.py then judge the file.
 """

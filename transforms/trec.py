@@ -2,7 +2,7 @@
 rejects, rows → topics ranked as trec_eval ranks them, topics and judgments → cases in the
 shape of the clean copy (transforms/staging.py `CLEAN_CASES_SCHEMA`, staged by `stage`);
 and on the way out, a run's ranked cards → a run file, its case metrics → `trec_eval -q`.
-Reading and writing the files is flows/trec_files.py's and flows/export.py's.
+Reading and writing the files is flows/sources/trec_files.py's and flows/outputs/export.py's.
 
 The reading rules, trec_eval's unless said:
 - A run line is `qid Q0 docno rank score tag`, split on runs of C whitespace; the first

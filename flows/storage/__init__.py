@@ -29,8 +29,7 @@ def open_store(location: str | Location) -> tuple[Store, str]:
     if location.is_local:
         return LocalStore(Path("/")), location.path
     try:
-        # Optional dependency (the `s3` extra): a local-only install never imports it.
-        from .object_store import ObjectStore
+        from .object_store import ObjectStore  # deferred: the s3 extra is optional; a local install never imports it
     except ImportError:
         raise StoreError(f"{location}: object storage needs the s3 extra: pip install 'retrieval-eval[s3]'") from None
     return ObjectStore(location), location.path

@@ -10,7 +10,8 @@ import uuid
 from pathlib import Path
 
 from .errors import CorruptObject
-from .store import Store, checksum_of_stream
+from .hashing import checksum_of_stream
+from .store import Store
 
 DEFAULT_MAX_BYTES = 10 * 1024**3
 

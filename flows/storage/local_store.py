@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError
-from .store import ObjectInfo, checksum_of_bytes, checksum_of_file
+from .hashing import checksum_of_bytes, checksum_of_file
+from .store import ObjectInfo
 
 _ASIDE_SUFFIX = ".aside"
 

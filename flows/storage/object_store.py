@@ -28,7 +28,8 @@ from obstore.store import AzureStore, GCSStore, S3Store
 
 from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError, StoreUnavailable, without_secrets
 from .locations import Location, strip_userinfo
-from .store import CHECKSUM_METADATA, ObjectInfo, checksum_of_bytes, checksum_of_file
+from .hashing import checksum_of_bytes, checksum_of_file
+from .store import CHECKSUM_METADATA, ObjectInfo
 
 READ_BUFFER = 32 * 1024 * 1024
 _CREDENTIALS_LIFETIME = datetime.timedelta(minutes=5)

@@ -19,12 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
-import blake3
-
 CHECKSUM_METADATA = "blake3"
 """The name under which an object's checksum is stored as object metadata (x-amz-meta-blake3)."""
-
-_HASH_BLOCK = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,26 +67,3 @@ class Store(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove the object; an absent key is not an error (as on S3)."""
-
-
-def checksum_of_bytes(data: bytes) -> str:
-    """The BLAKE3 hex digest of `data`."""
-    return blake3.blake3(data, max_threads=blake3.blake3.AUTO).hexdigest()
-
-
-def checksum_of_file(path: Path) -> str:
-    """The BLAKE3 hex digest of a local file's bytes (memory-mapped, all cores)."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    hasher.update_mmap(path)
-    return hasher.hexdigest()
-
-
-def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:
-    """The BLAKE3 hex digest of everything `reader` yields, copied into `sink` if given."""
-    hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-    while block := reader.read(_HASH_BLOCK):
-        block = bytes(block)
-        hasher.update(block)
-        if sink is not None:
-            sink.write(block)
-    return hasher.hexdigest()

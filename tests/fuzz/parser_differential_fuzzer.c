@@ -1,4 +1,4 @@
-/* libFuzzer harness that holds the strict parser (flows/_case_columns.c) to the record rules
+/* libFuzzer harness that holds the strict parser (flows/sources/_case_columns.c) to the record rules
  * and json.loads: Python is embedded, each block goes through the module's own `parse`, and
  * tests/fuzz/parser_oracle.py judges what it returns. A block the parser takes that the
  * rules refuse for its form, or a value read otherwise than json.loads reads it, aborts, and

@@ -1,4 +1,4 @@
-/* libFuzzer harness of the strict parser (flows/_case_columns.c) under AddressSanitizer and
+/* libFuzzer harness of the strict parser (flows/sources/_case_columns.c) under AddressSanitizer and
  * UBSan: any block of bytes, parsed as ingest parses a block of lines, must never read or
  * write out of bounds, leak, or meet undefined behaviour; and a block it takes must give
  * columns Arrow can wrap (one row per line, offsets that rise and end at their data).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the strict parser's two fuzzers (flows/_case_columns.c compiled into each, with
+# Builds the strict parser's two fuzzers (flows/sources/_case_columns.c compiled into each, with
 # clang's libFuzzer, AddressSanitizer and UBSan) in a temporary folder and runs each for
 # SECONDS, one after the other:
 #   parser_memory_fuzzer        no out-of-bounds access, leak or undefined behaviour on any
@@ -18,7 +18,7 @@ set -euo pipefail
 seconds=${1:-}
 case $seconds in ""|*[!0-9]*) echo "usage: tests/fuzz/run.sh SECONDS (a whole number)" >&2; exit 2 ;; esac
 here=$(cd "$(dirname "$0")" && pwd)
-parser_dir=$(cd "${FUZZ_PARSER_DIR:-$here/../../flows}" && pwd)
+parser_dir=$(cd "${FUZZ_PARSER_DIR:-$here/../../flows/sources}" && pwd)
 python=$(command -v python)
 [ -f "$parser_dir/_case_columns.c" ] || { echo "run.sh: no _case_columns.c in $parser_dir" >&2; exit 2; }
 

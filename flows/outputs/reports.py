@@ -1,0 +1,204 @@
+"""The report of a warehouse, read and written (SPEC 13): the model (transforms/report.py)
+read through views over the runs it needs — every run's `runs` row and the aggregates it
+shows (the runs table, the trend), the cases of the newest two runs (what changed, the detail,
+the explorer) — then report.md, report.html and their charts written together, once every
+read has succeeded. The cost follows the newest run, not the history (SPEC 9)."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from importlib.resources import files
+from pathlib import Path
+from typing import TypeVar
+
+import duckdb
+import polars as pl
+
+from ... import sql
+from ...transforms.baseline import baseline_reference, rounded_as_snapshot
+from ...transforms.charts_of_report import draw_charts
+from ...transforms.report import (
+    Report,
+    baseline_set_aside,
+    changes,
+    comparison_notes,
+    diagnostics,
+    explorer_data,
+    kb_warnings,
+    report_notes,
+    run_report,
+    run_warnings,
+    runs_table,
+)
+from ...transforms.report_render import render_html, render_markdown
+from ..inputs.baseline_file import Baseline
+from ..inputs.kb import KnowledgeBase, RunKb, kb_titles, load_kb, run_kb, unknown_gold, unknown_gold_counts
+from ..storage.duckdb_connection import connect
+from ..storage.output_files import written_aside
+from ..warehouse.summary import summary_files
+from ..warehouse.views import add_views, naming_damage, with_later_columns
+from ..warehouse.warehouse import State, Warehouse
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+DETAILED_RUNS = 2  # the newest run and the one before it
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    warehouse: Path
+    report_dir: Path
+    # The job's KB, read and judged once (flows/inputs/kb.py): it stands for the newest run's own when
+    # it is that file with those bytes, and wins over it when given with --kb.
+    kb: KnowledgeBase | None = None
+    charts: bool = True
+    baseline: Baseline | None = None  # read once by the job (flows/inputs/baseline_file.py)
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    report: Report
+    files: list[Path]
+
+    @property
+    def markdown(self) -> Path:
+        return self.files[0]
+
+    @property
+    def html(self) -> Path:
+        return self.files[1]
+
+
+def explorer_assets() -> tuple[str, str]:
+    """The case explorer's script and style, as installed with the package."""
+    assets = files("retrieval_eval.transforms").joinpath("assets")
+    return assets.joinpath("explorer.js").read_text(encoding="utf-8"), assets.joinpath("explorer.css").read_text(encoding="utf-8")
+
+
+def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, kb: KnowledgeBase | None,
+                baseline: Baseline | None) -> Report:
+    """The report model of every run in `state`; flips and gold are judged against the newest
+    run's own KB (`report_kb`)."""
+    summary = summary_files(warehouse, state)
+    if summary is None:
+        add_views(con, warehouse, state, tables=("runs", "aggregates"))
+    else:
+        for table, path in summary.items():
+            with_later_columns(con.read_parquet(str(path)), table, mixed=False).create_view(table)
+    with naming_damage(warehouse, state):
+        runs = con.sql(sql.load("report_runs")).pl()
+        aggregates = con.sql(sql.load("report_aggregates")).pl()
+    detailed = runs["run_id"].to_list()[-DETAILED_RUNS:]
+    rows = {row["run_id"]: row for row in runs.iter_rows(named=True)}
+    # Both runs are read at the newest's headline k: what changed and the explorer compare them there.
+    k = rows[detailed[-1]]["headline_k"] if detailed else 0
+    judged = report_kb(state, rows, detailed, kb)
+    kb = judged.kb
+    if kb is not None:
+        load_kb(con, kb)
+    add_views(con, warehouse, state, detailed, tables=("cases", "case_metrics"))
+    with naming_damage(warehouse, state):
+        con.register("computed_case_metrics", computed_case_metrics(con, [r for r in detailed if k not in rows[r]["ks"]], k))
+        cases = con.sql(sql.load("report_cases"), params={"ids": detailed, "k": k}).pl()
+        unknown = unknown_gold_counts(con, detailed) if kb else None
+    titles = kb_titles(kb) if kb else None
+    kb_note = [judged.note] if judged.note and not judged.own else []
+    reports = [
+        run_report(rows[run_id], aggregates,
+                   run_warnings(rows[run_id], cases.filter(pl.col("run_id") == run_id))
+                   + kb_warnings(run_id, unknown, kb.uri if kb else "") + (kb_note if run_id == detailed[-1] else []))
+        for run_id in detailed
+    ]
+    newest, previous = (reports[-1] if reports else None), (reports[-2] if len(reports) > 1 else None)
+    if newest is None:
+        return Report(runs_table(runs, aggregates), aggregates, None, None, None, *diagnostics(cases))
+    newest_cases = cases.filter(pl.col("run_id") == newest.run_id)
+    previous_cases = cases.filter(pl.col("run_id") == previous.run_id) if previous else None
+    snapshot = baseline.snapshot if baseline is not None else None
+    set_aside = None if snapshot is None else baseline_set_aside(snapshot, newest, rows[newest.run_id].get("relevance_level"))
+    notes = comparison_notes(newest, previous, set_aside)
+    # Which gold ids are not cards matters only to the flips of a comparison; a lone run has none.
+    compared = [frame for frame in (previous_cases, baseline.cases if snapshot is not None and set_aside is None else None)
+                if frame is not None]
+    unknown_ids = unknown_gold(kb, [newest_cases, *compared]) if compared else None
+    against_previous = None if previous_cases is None else changes(
+        newest_cases, previous_cases, run_id=newest.run_id, reference=f"run {previous.run_id}",
+        k=k, unknown_gold=unknown_ids, notes=notes)
+    change = against_previous
+    if snapshot is not None and set_aside is None:  # else the run before
+        change = changes(rounded_as_snapshot(newest_cases), baseline.cases, run_id=newest.run_id,
+                         reference=f"baseline {snapshot['run_id']}", k=k, unknown_gold=unknown_ids)
+    explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
+                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)
+    return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
+                  explorer=explorer, uncompared=notes if change is None else (),
+                  notes=report_notes(newest_cases["gold_source"]))
+
+
+def report_kb(state: State, rows: dict[str, dict], detailed: list[str], held: KnowledgeBase | None) -> RunKb:
+    """The KB the report judges gold and flips against: the newest run's own (flows/inputs/kb.py
+    `run_kb`; a KB given with --kb wins), its note a warning of the newest run when it is not."""
+    if not detailed:
+        return RunKb(None, None, True)
+    newest = detailed[-1]
+    return run_kb(newest, rows[newest], state.runs[newest].source, held)
+
+
+def computed_case_metrics(con: duckdb.DuckDBPyConnection, run_ids: list[str], k: int) -> pl.DataFrame:
+    """The case metrics at `k` of runs evaluated without that cutoff, computed from their
+    `cases` rows by the model that made the stored ones (sql/case_metrics.sql); none (the
+    stored rows' columns) when `run_ids` is empty."""
+    if not run_ids:
+        return con.table("case_metrics").limit(0).pl()
+    of_runs = duckdb.ColumnExpression("run_id").isin(*(duckdb.ConstantExpression(r) for r in run_ids))
+    return con.sql(sql.load("case_metrics"), params={"ks": [k]}).filter(of_runs).pl()
+
+
+def write_report(options: ReportOptions, state: State) -> WrittenReport:
+    """Read the report of `state` and write it to `options.report_dir`; nothing is written
+    unless every read succeeds."""
+    warehouse = Warehouse(options.warehouse)
+    baseline = options.baseline
+    with connect() as con:
+        report = read_report(con, warehouse, state, options.kb, baseline)
+    reference = baseline_reference(baseline.snapshot) if baseline else None
+    images = draw_charts(report, reference) if options.charts else {}
+    return write_files(report, options.report_dir, images)
+
+
+def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, bytes]]) -> WrittenReport:
+    """The charts, report.md and report.html (charts and the case explorer inline)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for file_name, svg in images.values():
+        (report_dir / file_name).write_bytes(svg)
+    report = replace(report, charts={name: file_name for name, (file_name, _) in images.items()})
+    markdown, html = report_dir / "report.md", report_dir / "report.html"
+    with written_aside(markdown) as handle:
+        handle.write(render_markdown(report))
+    script, style = explorer_assets()
+    svgs = {file_name: svg for file_name, svg in images.values()}
+    with written_aside(html) as handle:  # its explorer data is made while it is written
+        handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style, map_chunks=ordered_map))
+    return WrittenReport(report, [markdown, html])
+
+
+def ordered_map(fn: Callable[[In], Out], items: Iterable[In], *, workers: int = 2) -> Iterator[Out]:
+    """`map(fn, items)` on `workers` threads, in order, at most `workers` + 1 results made
+    ahead of the one taken (the report's explorer JSON: Polars writes each chunk without the
+    GIL while the one before is written to the file). Stopping early cancels what is queued."""
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ordered-map") as pool:
+        pending: deque = deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(fn, item))
+                if len(pending) > workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for future in pending:
+                future.cancel()

@@ -1,0 +1,512 @@
+"""One read of a run's cases file, in tables of whole cases, and beside it the file's facts
+(its content digest and, for Arrow's reader, its line shape and what JSON forbids but Arrow
+takes).
+
+Two parsers, both strict about the types of the fields the metrics need
+(transforms/case_schema.py `CASES_SCHEMA`): a number where a string belongs, a string for a
+score, a repeated key, malformed JSON — each stops the read, and ingest (flows/sources/ingest.py)
+sends the file to the line-by-line rules.
+- The strict parser (flows/sources/_case_columns.c) reads a plain file in blocks of whole lines on a
+  thread per core, and holds every line to one clean JSON record itself, so the facts are
+  only the digest. It costs half of Arrow's CPU (benchmarks/README.md).
+- Arrow's JSON reader reads a .gz, the line-by-line pass's clean copy, and every file where
+  the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
+  forbids, so its facts count lines and look for that.
+A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
+evaluated.
+
+This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
+run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
+parse fills the core the imports leave idle, and hands the read down to the job.
+"""
+
+from __future__ import annotations
+
+import gzip
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
+from blake3 import blake3
+
+from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
+from ...transforms.records import MAX_RECORD_BYTES
+
+try:
+    from . import _case_columns  # the strict parser (flows/sources/_case_columns.c), built at install
+except ImportError:  # not compiled here (no C compiler at install): Arrow's reader reads every file
+    _case_columns = None
+
+# The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
+# longer than a block stops the fast path; the line-by-line pass then reads the valid lines
+# again with blocks as long as the longest.
+BLOCK_BYTES = 1 << 20
+# A table holds at most this many cases, however few items they retrieved: records without
+# items (or a file of `{}` lines on its way to the line-by-line rules) stay within a batch's memory.
+MAX_TABLE_CASES = 100_000
+# JSON parsed ahead of the evaluation, in blocks (one Arrow batch each): ~100 MB of columns at most,
+# and never more than READ_AHEAD_COLUMN_BYTES of columns (short lines, as `{}`, make many times their bytes).
+READ_AHEAD_BYTES = 512 << 20
+READ_AHEAD_COLUMN_BYTES = 64 << 20
+# The strict parser's blocks of whole lines (4 MiB: fewer calls than 1, as fast per byte), and
+# how many it parses at once.
+STRICT_BLOCK_BYTES = 4 << 20
+PARSE_THREADS = max(1, pa.cpu_count() - 1)  # every core but the one that evaluates the batches
+JSON_WHITESPACE = b" \t\r\n"
+NEWLINE, OPEN_BRACE = ord("\n"), ord("{")
+# Tokens Arrow's reader takes as numbers and JSON does not (SPEC 6: the line is not JSON).
+NON_JSON_NUMBERS = (b"NaN", b"Infinity")
+TOKEN_OVERLAP = max(map(len, NON_JSON_NUMBERS)) - 1
+# Hits of one byte in a block that `find` takes one by one before one NumPy pass takes them all
+# (each find costs about a thousandth of a pass over a MiB block).
+FIND_BUDGET = 1024
+
+
+class Stopped(Exception):
+    """The read was closed while its tables were being taken."""
+
+
+def open_text_lines(path: Path) -> IO[bytes]:
+    """The file's bytes, decompressed when it is a .gz."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What one pass over a cases file tells. Arrow's reader takes JSON values wherever they
+    stand, so its reading holds only when every line is one record (as many records as
+    lines, every line opening with '{'), and when the file holds nothing JSON forbids that
+    Arrow takes (NaN, Infinity, invalid UTF-8). Otherwise the line-by-line rules judge. The
+    strict parser refuses all of that itself: its facts count nothing (lines None)."""
+
+    digest: str  # BLAKE3 of the file's bytes as stored
+    lines: int | None
+    object_lines: int | None
+    json_only: bool  # no NaN / Infinity token and valid UTF-8 throughout
+
+    def fast_read_holds(self, n_records: int) -> bool:
+        if self.lines is None:  # read by the strict parser, which stops at any line it cannot take
+            return True
+        return self.json_only and n_records == self.lines == self.object_lines
+
+
+def _character_bytes(first: int) -> int:
+    """How many bytes the UTF-8 character opening with byte `first` takes (4 for a byte that
+    opens none: the validation then refuses it)."""
+    return 1 if first < 0x80 else 2 if first >> 5 == 0b110 else 3 if first >> 4 == 0b1110 else 4
+
+
+def _complete_prefix(data: bytes | memoryview) -> int:
+    """Where a character cut off by the end of `data` starts (len(data) when none is)."""
+    n = len(data)
+    for back in range(1, min(4, n) + 1):
+        byte = data[n - back]
+        if byte & 0xC0 != 0x80:  # ASCII or the first byte of a character
+            return n - back if _character_bytes(byte) > back else n
+    return n
+
+
+def _valid_utf8(data: bytes | memoryview) -> bool:
+    """Arrow's UTF-8 validation (vectorised, without the GIL) of whole characters, on the
+    bytes in place (a full validation of a one-string array: no copy, and no import of
+    pyarrow.compute, which a cast would cost every command that reads a file: 0.1 s)."""
+    offsets = pa.py_buffer(b"\x00\x00\x00\x00" + len(data).to_bytes(4, "little"))
+    try:
+        pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)]).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _positions(block: bytes, byte: int, end: int) -> np.ndarray:
+    """Where `byte` occurs in block[:end], ascending. `bytes.find` (memchr) skips to each while
+    they are few, as a cases file's newlines and capitals are (a few hundred a MiB); past
+    FIND_BUDGET in a block, one NumPy pass over it is cheaper than more calls."""
+    end = max(end, 0)  # (a negative end would count from the back, as a slice's does)
+    found: list[int] = []
+    at = block.find(byte, 0, end)
+    while at >= 0:
+        if len(found) == FIND_BUDGET:
+            return np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=end) == byte)
+        found.append(at)
+        at = block.find(byte, at + 1, end)
+    return np.array(found, dtype=np.intp)
+
+
+def _holds_token(block: bytes, tokens: tuple[bytes, ...]) -> bool:
+    """Whether any of `tokens` occurs in `block`: the positions of each token's first byte,
+    narrowed byte by byte (a substring search of each token costs several times more)."""
+    data = np.frombuffer(block, dtype=np.uint8)
+    for token in tokens:
+        at = _positions(block, token[0], len(block) - len(token) + 1)
+        for offset in range(1, len(token)):
+            if not len(at):
+                break
+            at = at[data[at + offset] == token[offset]]
+        if len(at):
+            return True
+    return False
+
+
+class _Scan:
+    """Line starts, those at a '{', non-JSON number tokens and UTF-8 validity over a file's
+    blocks in order. Each block is looked at in place (a copy of every block costs more than
+    the counting); only the few bytes around a block's edges are joined to the next."""
+
+    def __init__(self) -> None:
+        self.lines = self.object_lines = 0
+        self.json_only = True
+        self._at_line_start = True
+        self._tail = b""  # the last TOKEN_OVERLAP bytes before this block
+        self._cut_character = b""  # the start of a character the last block cut off
+
+    def update(self, block: bytes) -> None:
+        if not block:
+            return
+        data = np.frombuffer(block, dtype=np.uint8)
+        starts = _positions(block, NEWLINE, len(block) - 1) + 1  # lines that start inside this block
+        self.lines += int(self._at_line_start) + len(starts)
+        self.object_lines += int(self._at_line_start and data[0] == OPEN_BRACE)
+        self.object_lines += int(np.count_nonzero(data[starts] == OPEN_BRACE))
+        self._at_line_start = data[-1] == NEWLINE
+        if self.json_only:
+            junction = self._tail + block[:TOKEN_OVERLAP]
+            self.json_only = not (_holds_token(junction, NON_JSON_NUMBERS) or _holds_token(block, NON_JSON_NUMBERS))
+            self._tail = (self._tail + block[-TOKEN_OVERLAP:])[-TOKEN_OVERLAP:]
+        if self.json_only and (self._cut_character or not block.isascii()):
+            self._check_utf8(memoryview(block))
+
+    def _check_utf8(self, block: memoryview) -> None:
+        start = 0
+        if self._cut_character:  # complete the character the last block cut off, and check it
+            size = _character_bytes(self._cut_character[0])
+            start = min(size - len(self._cut_character), len(block))
+            self._cut_character += block[:start]
+            if len(self._cut_character) < size:
+                return  # a block shorter than the rest of the character
+            self.json_only = _valid_utf8(self._cut_character)
+            self._cut_character = b""
+        rest = block[start:]
+        cut = _complete_prefix(rest)
+        self.json_only = self.json_only and _valid_utf8(rest[:cut])
+        self._cut_character = bytes(rest[cut:])
+
+    def finish(self) -> None:
+        if self._cut_character:  # a character cut off by the end of the file
+            self.json_only = False
+
+
+def _blocks(stream: IO[bytes], stop: threading.Event | None) -> Iterator[bytes]:
+    while block := stream.read(BLOCK_BYTES):
+        if stop is not None and stop.is_set():
+            raise Stopped
+        yield block
+
+
+def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = True) -> FileFacts:
+    """One pass over `path`: BLAKE3 of its bytes as stored (a cryptographic hash about 2.5×
+    faster than SHA-256 here) and, unless not `text` (the strict parser's reads), the scan of
+    its text (decompressed for a .gz). Raises Stopped when `stop` is set."""
+    digest = blake3()
+    scan = _Scan()
+    with open(path, "rb") as handle:
+        for block in _blocks(handle, stop):
+            digest.update(block)
+            if text and path.suffix != ".gz":
+                scan.update(block)
+    if not text:
+        return FileFacts("blake3:" + digest.hexdigest(), None, None, True)
+    if path.suffix == ".gz":
+        with gzip.open(path, "rb") as text:
+            for block in _blocks(text, stop):
+                scan.update(block)
+    scan.finish()
+    return FileFacts("blake3:" + digest.hexdigest(), scan.lines, scan.object_lines, scan.json_only)
+
+
+def first_value_opening(path: Path) -> bytes:
+    """The first byte of the file's first JSON value (b"" when its first block is blank).
+    Arrow's reader is only given files that open with '{': a first value of `null`
+    crashes it (pyarrow 26), anything else it refuses anyway."""
+    with open_text_lines(path) as stream:
+        return stream.read(BLOCK_BYTES).lstrip(JSON_WHITESPACE)[:1]
+
+
+def open_reader(path: Path, block_bytes: int, schema: pa.Schema) -> pa.RecordBatchReader:
+    """Arrow's streaming JSON reader over `path` (gzip by its suffix)."""
+    source = pa.input_stream(str(path), compression="gzip" if path.suffix == ".gz" else None)
+    return pa_json.open_json(
+        source,
+        read_options=pa_json.ReadOptions(block_size=block_bytes),
+        parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+    )
+
+
+def _next_batch(reader: pa.RecordBatchReader) -> pa.RecordBatch | None:
+    try:
+        return reader.read_next_batch()
+    except StopIteration:
+        return None
+
+
+def _int32_values(array: pa.Int32Array) -> np.ndarray:
+    """The values of an Int32Array without nulls, as a NumPy view of its buffer (pyarrow's
+    `to_numpy()` imports pandas when it is installed: a 0.2 s stall on the first call)."""
+    return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
+
+
+def _line_blocks(handle: IO[bytes], stop: threading.Event) -> Iterator[memoryview]:
+    """The file in blocks of whole lines of about STRICT_BLOCK_BYTES. A line longer than a
+    block makes its block longer; one past MAX_RECORD_BYTES is handed on as it is (the parser
+    refuses it, as the rules do) and the read ends there."""
+    carry = b""
+    while True:
+        if stop.is_set():
+            raise Stopped
+        block = bytearray(len(carry) + STRICT_BLOCK_BYTES)
+        block[:len(carry)] = carry
+        size = len(carry) + handle.readinto(memoryview(block)[len(carry):])
+        if size == len(carry):  # the end of the file
+            if carry:
+                yield memoryview(carry)
+            return
+        cut = block.rfind(b"\n", 0, size) + 1
+        if cut == 0 and size <= MAX_RECORD_BYTES:
+            carry = bytes(block[:size])  # one line, not ended yet
+            continue
+        if cut == 0:
+            yield memoryview(block)[:size]
+            return
+        carry = bytes(block[cut:size])
+        yield memoryview(block)[:cut]
+
+
+def _array(arrow_type: pa.DataType, length: int, validity: tuple, *buffers: bytes, children=None) -> pa.Array:
+    """An Arrow array over the parser's buffers: its validity is (bitmap or None, null count)."""
+    bits, nulls = validity
+    wrapped = [None if bits is None else pa.py_buffer(bits), *map(pa.py_buffer, buffers)]
+    return pa.Array.from_buffers(arrow_type, length, wrapped, null_count=nulls, children=children)
+
+
+def _strings(length: int, column: tuple) -> pa.Array:
+    validity, offsets, data = column
+    return _array(pa.string(), length, validity, offsets, data)
+
+
+def parsed_batch(parsed: tuple) -> pa.RecordBatch:
+    """The strict parser's columns (`_case_columns.parse`) as a record batch of CASES_SCHEMA,
+    its buffers wrapped, not copied."""
+    n, text, gold, (validity, offsets, n_items, ids, parents, (score_validity, scores)) = parsed
+    columns = dict(zip(("case_id", "locale", "category", "question", "query"), (_strings(n, c) for c in text)))
+    for name, (list_validity, list_offsets, strings) in zip(("must_cite_one_of", "relevant_ids"), gold):
+        ids_of_lists = _strings(len(strings[1]) // 4 - 1, strings)
+        columns[name] = _array(pa.list_(pa.string()), n, list_validity, list_offsets, children=[ids_of_lists])
+    score = _array(pa.float64(), n_items, score_validity, scores)
+    items = pa.StructArray.from_arrays([_strings(n_items, ids), _strings(n_items, parents), score], fields=list(RETRIEVED_ITEM))
+    columns["retrieved_context"] = _array(pa.list_(RETRIEVED_ITEM), n, validity, offsets, children=[items])
+    columns["relevance"] = pa.nulls(n, CASES_SCHEMA.field("relevance").type)
+    return pa.RecordBatch.from_arrays([columns[name] for name in CASES_SCHEMA.names], schema=CASES_SCHEMA)
+
+
+class CaseFileRead:
+    """One read of a cases file, started when made: the parse on a thread of ours (up to
+    READ_AHEAD_BYTES ahead of whoever takes the tables) and, on another, the file's facts
+    (`scan_facts`). A plain file is parsed by the strict parser, when it was compiled, with
+    `strict` (the default); otherwise Arrow's reader parses it (which alone parses only a block
+    or two ahead). `scan=False` reads a file whose lines were already judged (the clean copy
+    of ingest's line-by-line pass), with Arrow's reader and the schema given.
+
+    Whatever stops the parse is raised where the tables are taken: NotClean when the fast
+    pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
+    value that is not an object, or a refusal), as it is otherwise (an unreadable or truncated
+    file). `close()` stops both threads."""
+
+    def __init__(self, path: Path, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
+                 scan: bool = True, strict: bool = True) -> None:
+        self.path = path
+        self._schema = schema
+        self.strict = strict and scan and _case_columns is not None and path.suffix != ".gz"
+        self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
+        self._done = threading.Event()
+        self._room = threading.Condition()  # the columns handed on and not yet taken, in bytes
+        self._held_bytes = 0
+        self._facts: Future[FileFacts] = Future()
+        target, args = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
+        self._threads = [threading.Thread(target=target, args=args, name="parse", daemon=True)]
+        if scan:
+            self._threads.append(threading.Thread(target=self._scan, name="scan", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def _scan(self) -> None:
+        try:
+            self._facts.set_result(scan_facts(self.path, self._done, text=not self.strict))
+        except BaseException as error:  # noqa: BLE001 — raised again by facts()
+            self._facts.set_exception(error)
+
+    def _parse_strict(self) -> None:
+        """Blocks of whole lines parsed PARSE_THREADS at a time (the parser lets go of the GIL),
+        handed on in file order."""
+        try:
+            with open(self.path, "rb") as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
+                pending: deque[Future] = deque()
+                blocks = _line_blocks(handle, self._done)
+                while True:
+                    for block in blocks:
+                        pending.append(pool.submit(_case_columns.parse, block, MAX_RECORD_BYTES))
+                        if len(pending) > PARSE_THREADS:
+                            break
+                    if not pending:
+                        break
+                    parsed = pending.popleft().result()
+                    if parsed is None:
+                        self._offer(NotClean("a line is not one clean record"))
+                        return
+                    if not self._offer(parsed_batch(parsed)):
+                        return
+            self._offer(None)
+        except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
+            self._offer(error)
+
+    def _offer(self, item: object) -> bool:
+        size = item.nbytes if isinstance(item, pa.RecordBatch) else 0
+        while not self._done.is_set():
+            with self._room:
+                if self._held_bytes and self._held_bytes + size > READ_AHEAD_COLUMN_BYTES:
+                    self._room.wait(0.1)
+                    continue
+                self._held_bytes += size
+            try:
+                self._handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                with self._room:
+                    self._held_bytes -= size
+                continue
+        return False
+
+    def _taken(self, item: object) -> None:
+        if isinstance(item, pa.RecordBatch):
+            with self._room:
+                self._held_bytes -= item.nbytes
+                self._room.notify()
+
+    def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
+        try:
+            opening = first_value_opening(self.path)
+            if opening not in (b"", b"{"):
+                raise NotClean("the first value is not an object")  # never given to Arrow's reader
+            if opening == b"{":
+                reader = open_reader(self.path, block_bytes, schema)
+                while (batch := _next_batch(reader)) is not None:
+                    if not self._offer(batch):
+                        return
+            self._offer(None)
+        except (pa.ArrowInvalid, UnicodeDecodeError) as error:
+            # Arrow's refusals (malformed JSON, a wrong type, a repeated key, a record longer
+            # than a block); pyarrow raises UnicodeDecodeError when its message quotes
+            # invalid UTF-8.
+            self._offer(NotClean(str(error)))
+        except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
+            self._offer(error)
+
+    def facts(self) -> FileFacts:
+        """The file's facts (waits for the scan)."""
+        return self._facts.result()
+
+    def facts_ready(self) -> bool:
+        return self._facts.done()
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            try:
+                item = self._handed.get(timeout=0.1)
+                self._taken(item)
+            except queue.Empty:
+                if self._done.is_set():  # closed: nothing more will come
+                    raise Stopped from None
+                continue
+            if item is None:
+                return
+            if isinstance(item, Exception):
+                raise item
+            if self._done.is_set():
+                raise Stopped
+            yield item
+
+    def tables(self, batch_items: int) -> Iterator[pa.Table]:
+        """Tables of whole cases holding about `batch_items` retrieved items (the last one
+        fewer); a file without records gives one empty table, so that every table of the run
+        gets its (empty) part."""
+        pending: list[pa.RecordBatch] = []
+        n_items = n_cases = 0
+        n_tables = 0
+        for batch in self._batches():
+            while batch.num_rows:
+                offsets = batch.column("retrieved_context").offsets  # items before each case, and the end
+                batch_size = offsets[-1].as_py() - offsets[0].as_py()
+                if n_items + batch_size < batch_items and n_cases + batch.num_rows < MAX_TABLE_CASES:  # all of it fits
+                    pending.append(batch)
+                    n_items += batch_size
+                    n_cases += batch.num_rows
+                    break
+                # Cut where the running total reaches batch_items, or the cases MAX_TABLE_CASES.
+                before = _int32_values(offsets) - offsets[0].as_py()
+                cut = int(np.searchsorted(before, batch_items - n_items, side="left"))
+                cut = max(1, min(cut, MAX_TABLE_CASES - n_cases))
+                pending.append(batch.slice(0, cut))
+                yield pa.Table.from_batches(pending)
+                n_tables += 1
+                pending, n_items, n_cases = [], 0, 0
+                batch = batch.slice(cut)
+        if pending:
+            yield pa.Table.from_batches(pending)
+        elif not n_tables:
+            yield self._schema.empty_table()
+
+    def close(self) -> None:
+        """Stop reading (a block being parsed is finished first) and drop what was read."""
+        self._done.set()
+        for thread in self._threads:
+            thread.join()
+
+    def __enter__(self) -> CaseFileRead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Prefetch:
+    """A read started before it is asked for (the CLI starts its first run's read before it
+    imports the engines), handed to the first ingest of that file (`take`); a read nobody
+    took is closed with the prefetch."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._read = CaseFileRead(path) if path is not None else None
+
+    def take(self, path: Path) -> CaseFileRead | None:
+        read, self._read = self._read, None
+        if read is not None and read.path != path:
+            read.close()
+            return None
+        return read
+
+    def close(self) -> None:
+        if self._read is not None:
+            self._read.close()
+            self._read = None
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

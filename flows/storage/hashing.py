@@ -1,0 +1,71 @@
+"""BLAKE3 of stored bytes, in one place: the store's object checksums, a file's digest, and a
+stream hashed as it is read or written (no second pass over the file to digest it). The
+store's objects, the warehouse's parts, the KB and the TREC files are all digested here."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from blake3 import blake3
+
+_HASH_BLOCK = 8 * 1024 * 1024
+
+
+def file_digest(path: Path) -> str:
+    """BLAKE3 of a file's bytes, read as a stream (a device or a FIFO is digested too)."""
+    with open(path, "rb") as handle:
+        return checksum_of_stream(handle)
+
+
+class HashingStream(io.RawIOBase):
+    """A file's bytes hashed on their way through: as they are read from `raw` (readinto) or
+    written to it (write). `digest` is the BLAKE3 so far, `size` the bytes passed."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self.digest = blake3()
+        self.size = 0
+
+    def readable(self) -> bool:
+        return self._raw.readable()
+
+    def writable(self) -> bool:
+        return self._raw.writable()
+
+    def readinto(self, buffer) -> int:
+        n = self._raw.readinto(buffer)
+        if n:
+            self.digest.update(memoryview(buffer)[:n])
+            self.size += n
+        return n
+
+    def write(self, data) -> int:
+        written = self._raw.write(data)
+        self.digest.update(data)
+        self.size += written
+        return written
+
+
+def checksum_of_bytes(data: bytes) -> str:
+    """The BLAKE3 hex digest of `data`."""
+    return blake3(data, max_threads=blake3.AUTO).hexdigest()
+
+
+def checksum_of_file(path: Path) -> str:
+    """The BLAKE3 hex digest of a local file's bytes (memory-mapped, all cores)."""
+    hasher = blake3(max_threads=blake3.AUTO)
+    hasher.update_mmap(path)
+    return hasher.hexdigest()
+
+
+def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:
+    """The BLAKE3 hex digest of everything `reader` yields, copied into `sink` if given."""
+    hasher = blake3(max_threads=blake3.AUTO)
+    while block := reader.read(_HASH_BLOCK):
+        block = bytes(block)
+        hasher.update(block)
+        if sink is not None:
+            sink.write(block)
+    return hasher.hexdigest()
