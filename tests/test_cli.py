@@ -238,6 +238,7 @@ GC_SEEN = """
 import gc, sys
 from retrieval_eval.flows.commands import cli, entry
 from retrieval_eval.flows.commands import run as run_command
+from retrieval_eval.flows.commands import schema as schema_command
 from retrieval_eval.flows.job import job
 from retrieval_eval.transforms.errors import InputError
 
@@ -260,7 +261,7 @@ def run_job(options, steps):
     raise InputError("stopped by the test")
 
 
-cli.import_engines, run_command.import_engines, cli.cmd_schema, job.run_job = recorded_import, recorded_import, schema, run_job
+cli.import_engines, run_command.import_engines, schema_command.cmd_schema, job.run_job = recorded_import, recorded_import, schema, run_job
 sys.argv = ["retrieval-eval", *sys.argv[1:]]
 code = entry.console()
 print(code, importing, working, gc.isenabled())

@@ -71,9 +71,11 @@ def _in_engine_code(frame) -> bool:
 import argparse  # noqa: E402
 import errno  # noqa: E402
 import gc  # noqa: E402
+import importlib  # noqa: E402
 import os  # noqa: E402
 import stat  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from ... import __version__  # noqa: E402
@@ -247,94 +249,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # The parser's handlers: each command's module is imported when that command runs, so that
-# starting one command loads no other's engines (`run` imports its own, beside its first read).
+# starting one command loads no other's engines.
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    from .run import cmd_run as run  # deferred: run imports the job beside its first read
+@dataclass(frozen=True)
+class Handler:
+    """A command's function, named by its module in commands/ and imported when the command
+    runs (start-up time). `engines`: the engines are imported before it runs (`run` imports
+    them itself, beside its first read; `schema` needs none)."""
 
-    return run(args)
+    module: str
+    function: str
+    engines: bool = True
 
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    from .serve import serve_nightly  # deferred: a command's modules load once the engines are (start-up time)
-
-    serve_nightly(args)
-    # Serving ends only on a signal, which Prefect's runner takes (SIGTERM) or swallows (Ctrl-C).
-    return _interrupted(_received[0] if _received else signal.SIGTERM)
-
-
-def cmd_gate(args: argparse.Namespace) -> int:
-    from .gate_and_baseline import cmd_gate as gate  # deferred: a command's modules load once the engines are (start-up time)
-
-    return gate(args)
+    def __call__(self, args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f".{self.module}", __package__), self.function)(args)
 
 
-def cmd_baseline_refresh(args: argparse.Namespace) -> int:
-    from .gate_and_baseline import cmd_baseline_refresh as refresh  # deferred: a command's modules load once the engines are (start-up time)
-
-    return refresh(args)
-
-
-def cmd_baseline_floors(args: argparse.Namespace) -> int:
-    from .gate_and_baseline import cmd_baseline_floors as floors  # deferred: a command's modules load once the engines are (start-up time)
-
-    return floors(args)
-
-
-def cmd_query(args: argparse.Namespace) -> int:
-    from .read_only import cmd_query as query  # deferred: a command's modules load once the engines are (start-up time)
-
-    return query(args)
+cmd_run = Handler("run", "cmd_run", engines=False)
+cmd_gate = Handler("gate_and_baseline", "cmd_gate")
+cmd_baseline_refresh = Handler("gate_and_baseline", "cmd_baseline_refresh")
+cmd_baseline_floors = Handler("gate_and_baseline", "cmd_baseline_floors")
+cmd_query = Handler("read_only", "cmd_query")
+cmd_compare = Handler("read_only", "cmd_compare")
+cmd_export = Handler("read_only", "cmd_export")
+cmd_check_kb = Handler("read_only", "cmd_check_kb")
+cmd_warehouse_check = Handler("warehouse_upkeep", "cmd_warehouse_check")
+cmd_warehouse_rebuild = Handler("warehouse_upkeep", "cmd_warehouse_rebuild")
+cmd_warehouse_vacuum = Handler("warehouse_upkeep", "cmd_warehouse_vacuum")
+cmd_schema = Handler("schema", "cmd_schema", engines=False)
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from .read_only import cmd_compare as compare  # deferred: a command's modules load once the engines are (start-up time)
+class Serving(Handler):
+    """`serve`, which ends only on a signal: Prefect's runner takes SIGTERM and swallows Ctrl-C."""
 
-    return compare(args)
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    from .read_only import cmd_export as export  # deferred: a command's modules load once the engines are (start-up time)
-
-    return export(args)
+    def __call__(self, args: argparse.Namespace) -> int:
+        super().__call__(args)
+        return _interrupted(_received[0] if _received else signal.SIGTERM)
 
 
-def cmd_check_kb(args: argparse.Namespace) -> int:
-    from .read_only import cmd_check_kb as check_kb  # deferred: a command's modules load once the engines are (start-up time)
-
-    return check_kb(args)
-
-
-def cmd_warehouse_check(args: argparse.Namespace) -> int:
-    from .warehouse_upkeep import cmd_warehouse_check as check  # deferred: a command's modules load once the engines are (start-up time)
-
-    return check(args)
-
-
-def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
-    from .warehouse_upkeep import cmd_warehouse_rebuild as rebuild  # deferred: a command's modules load once the engines are (start-up time)
-
-    return rebuild(args)
-
-
-def cmd_warehouse_vacuum(args: argparse.Namespace) -> int:
-    from .warehouse_upkeep import cmd_warehouse_vacuum as vacuum  # deferred: a command's modules load once the engines are (start-up time)
-
-    return vacuum(args)
-
-
-def cmd_schema(args: argparse.Namespace) -> int:
-    from .schema import cmd_schema as schema  # deferred: loaded only for `schema`, which imports no engine
-
-    return schema(args)
+cmd_serve = Serving("serve", "serve_nightly")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         refuse_paths_not_utf8(args)
-        if args.handler not in (cmd_run, cmd_schema):  # `run` imports them beside its first read
+        if args.handler.engines:
             import_engines()
         if args.handler is not cmd_run:  # `run` once its job is imported
             imports_done()
