@@ -71,6 +71,19 @@ def test_cases_keep_their_first_distinct_cards_in_rank_order(scored_cases):
     assert rows["gold-at-2"]["top_cards"] == [f"c{i:02d}" for i in range(4)]
 
 
+def test_a_graded_case_keeps_its_listed_cards_scores_and_a_binary_case_none(scored_cases):
+    # The explorer shows retrieval scores beside a graded case's grades: each listed card's
+    # first chunk's score (A::01's 0.8 is a later sibling), null where the item had none; a
+    # binary case keeps none (top_scores null), in a batch with graded cases and without.
+    graded = case("graded", [chunk("A::00", "A", 0.9), chunk("A::01", "A", 0.8), chunk("B"), chunk("C", score=0.5)],
+                  relevance={"C": 2})
+    binary = case("binary", [chunk("A", score=0.7)], ["A"])
+    mixed = {r["case_id"]: r["top_scores"] for r in scored_cases([graded, binary], k=2).view("cases").iter_rows(named=True)}
+    assert mixed == {"graded": [0.9, None, 0.5], "binary": None}  # down to the first relevant card, rank 3
+    alone = scored_cases([binary], k=2).view("cases")
+    assert alone["top_scores"].to_list() == [None]
+
+
 def test_rule_2_4_relevant_ids_override_must_cite_and_gold_is_deduplicated(scored_cases):
     retrieved = [chunk("A::00", "A"), chunk("B::00", "B")]
     wh = scored_cases([

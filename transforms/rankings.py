@@ -22,7 +22,8 @@ CASES_COLUMNS = [
 # its first relevant card, whichever is deeper, and never below this rank: what the report's
 # case explorer lists (a 1,000-deep TREC run would otherwise put every card of every topic in
 # the page), kept with the case so the report need not regroup `retrieved`; `top_scores` holds
-# the retrieval score of each (its first chunk's, null where the artifact gave none).
+# the retrieval score of each (its first chunk's, null where the artifact gave none) for a
+# graded case, whose explorer shows them beside the grades, and is null for the others.
 TOP_CARDS = 50
 RANKED_GRADE = pl.Struct({"rank": pl.Int32, "grade": pl.Int64})
 
@@ -78,18 +79,23 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
     """One row per case (the `cases` table) of `staged`, from `retrieved`, which is
     `retrieved_items(staged)`. Over the whole captured list, among distinct cards:
     top_cards, those in rank order down to `headline_k` or to the first relevant card,
-    whichever is deeper, at most TOP_CARDS, and top_scores, their scores; relevant_ranks, the ascending ranks
+    whichever is deeper, at most TOP_CARDS, and top_scores, their scores (graded cases only);
+    relevant_ranks, the ascending ranks
     of the relevant (gold) cards; graded_ranks, {rank, grade} of every retrieved card with a
     grade above 0, by rank; ideal_gains, every
     grade above 0 of the case, descending (the ideal ranking nDCG divides by)."""
-    firsts = retrieved.select("case_no", "card_id", "card_rank", "score").filter(pl.col("card_rank").is_not_null())
+    graded_batch = bool((staged["gold_source"] == "relevance").any())
+    # scores are kept for graded cases only, where the explorer shows them beside the grades
+    firsts = (retrieved.select("case_no", "card_id", "card_rank", *(["score"] if graded_batch else []))
+              .filter(pl.col("card_rank").is_not_null()))
     # `retrieved` (retrieved_items') rows are in case order and rank order, so within a case
     # the first occurrences come in card-rank order and the group keeps it (no sort: 16 ms a
     # batch of 500k items)
+    scores = [pl.col("score").head(TOP_CARDS).alias("top_scores")] if graded_batch else []
     depth = firsts.group_by("case_no", maintain_order=True).agg(
         pl.len().cast(pl.Int64).alias("n_cards"),
         pl.col("card_id").head(TOP_CARDS).alias("top_cards"),
-        pl.col("score").head(TOP_CARDS).alias("top_scores"),
+        *scores,
     )
     shown = pl.max_horizontal(pl.lit(headline_k), pl.col("relevant_ranks").list.first().fill_null(0))
     numbered = staged.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"))
@@ -102,7 +108,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
         .agg(pl.col("card_rank").alias("relevant_ranks"))
     )
     rows = numbered.join(relevant, on="case_no", how="left", maintain_order="left")
-    if (staged["gold_source"] == "relevance").any():
+    if graded_batch:
         graded = (
             numbered.select("case_no", "grades")
             .explode("grades")
@@ -136,6 +142,9 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
             pl.col("graded_ranks").fill_null(pl.lit([], dtype=pl.List(RANKED_GRADE))),
             pl.col("grades").list.eval(pl.element().struct.field("grade").sort(descending=True)).alias("ideal_gains"),
             pl.col("top_cards").fill_null(pl.lit([], dtype=pl.List(pl.String))).list.head(shown),
-            pl.col("top_scores").fill_null(pl.lit([], dtype=pl.List(pl.Float64))).list.head(shown),
+            pl.when(pl.col("gold_source") == "relevance")
+            .then(pl.col("top_scores").fill_null(pl.lit([], dtype=pl.List(pl.Float64))).list.head(shown))
+            .alias("top_scores")
+            if graded_batch else pl.lit(None, dtype=pl.List(pl.Float64)).alias("top_scores"),
         )
     )

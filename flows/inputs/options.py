@@ -102,6 +102,12 @@ class Option:
         return kind | None if self.default is None else kind
 
     @property
+    def switch(self) -> bool:
+        """A yes/no option: the CLI's flag takes no value. (Told without `annotation`, which
+        imports pydantic, which no command's start needs.)"""
+        return self.kind is bool and not self.many and self.default is not None
+
+    @property
     def flag(self) -> str:
         return self.name if self.positional else "--" + self.name.replace("_", "-")
 
@@ -166,7 +172,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str, names: list[str
             continue
         default = option.default_for(command)
         text = option.cli_help.get(command, option.help).replace("%", "%%")  # argparse formats help with %
-        if option.annotation is bool:
+        if option.switch:
             parser.add_argument(option.flag, action="store_true", help=text)
         elif option.positional:
             parser.add_argument(option.flag, nargs="?", type=option.parse, default=default,
