@@ -190,9 +190,9 @@ def compared_kb_notes(runs: list[dict]) -> list[str]:
     notes = []
     by_kb: dict[tuple[str, str], list[str]] = {}
     for run in runs:
-        if run.get("kb_uri") is None:
+        recorded = recorded_kb(run, None)
+        if not isinstance(recorded, dict):  # judged against no KB, or by an earlier version
             continue
-        recorded = {"uri": run["kb_uri"], "digest": run.get("kb_digest")}
         by_kb.setdefault((recorded["uri"], recorded["digest"]), []).append(run["run_id"])
         problem = own_kb_problem(run["run_id"], recorded)
         if problem:
