@@ -32,6 +32,7 @@ from builders import (
 from polars.testing import assert_frame_equal
 from retrieval_eval.flows.job import prefect_flows
 from retrieval_eval.flows.outputs.warehouse_gate import GateOptions
+from retrieval_eval.flows.sources.artifacts import RunFolder
 from retrieval_eval.flows.job.prefect_settings import GateFailed, free_port
 from retrieval_eval.flows.warehouse.warehouse import SCRATCH, Warehouse
 from retrieval_eval.transforms.errors import InputError
@@ -291,7 +292,7 @@ def test_an_unchanged_run_is_reused_by_the_tracked_flow(prefect_server, tmp_path
         raise AssertionError("an unchanged run was staged or evaluated again")
 
     monkeypatch.setattr(prefect_flows, "score_batch", must_not_run)
-    monkeypatch.setattr(prefect_flows, "Ingest", must_not_run)
+    monkeypatch.setattr(RunFolder, "ingest", must_not_run)
     state = prefect_flows.run_tracked(options, task_runner="thread", return_state=True)
     assert state.is_completed(), state
     assert Warehouse(options.warehouse).state().version == before  # nothing was committed again

@@ -92,7 +92,8 @@ def test_sigkill_at_any_moment_leaves_each_run_as_before_or_whole(tmp_path):
     finished = subprocess.run(args, capture_output=True, text=True)
     assert finished.returncode == 0, finished.stderr
     assert assert_every_run_whole(warehouse) == {"small": 50, "big": 24_000}
-    # Nothing of the killed writers is left behind (the next writer removed it); what the last
+    # Nothing of the killed writers is left behind (the next writer on this machine removed it:
+    # their processes are gone); what the last
     # commit superseded stays for the retention, then goes.
     assert leftovers(warehouse) == set()
     assert not list((warehouse / "_log" / "pending").iterdir())
@@ -112,21 +113,6 @@ def test_two_writers_on_one_warehouse_both_finish_correctly(tmp_path):
     assert first.wait(timeout=300) == 0, first.stderr.read()
     assert second.wait(timeout=300) == 0, second.stderr.read()
     assert assert_every_run_whole(warehouse) == {"a": 8_000, "b": 6_000}
-
-
-def test_a_second_writer_refuses_clearly_when_the_lock_is_held_too_long(tmp_path):
-    warehouse = Warehouse(tmp_path / "wh")
-    with warehouse.locked():
-        blocked = subprocess.run(
-            [sys.executable, "-c",
-             "from retrieval_eval.flows.warehouse.warehouse import Warehouse; import sys\n"
-             "from retrieval_eval.transforms.errors import InputError\n"
-             f"try:\n    Warehouse({str(warehouse.root)!r}).locked(timeout_s=0.5).__enter__()\n"
-             "except InputError as e:\n    print(e); sys.exit(2)"],
-            capture_output=True, text=True,
-        )
-    assert blocked.returncode == 2
-    assert "another retrieval-eval process is writing this warehouse" in blocked.stdout
 
 
 def test_rerunning_the_same_artifacts_changes_nothing(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
-from retrieval_eval.flows.warehouse.warehouse import Warehouse
+from retrieval_eval.flows.warehouse.warehouse import Warehouse, machine_id
 
 REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"
 
@@ -228,7 +228,7 @@ def test_superseded_files_are_kept_for_the_retention_then_vacuumed(sample):
     superseded = {sample / "data" / "warehouse" / item["path"] for item in warehouse.state().superseded}
     assert superseded and superseded <= before and all(p.exists() for p in superseded)  # kept: within retention
     vacuumed = cli("warehouse", "vacuum", "--retention-days", "0", cwd=sample)
-    assert vacuumed.returncode == 0 and f"deleted {len(superseded)} superseded file(s)" in vacuumed.stdout
+    assert vacuumed.returncode == 0 and f"deleted {len(superseded)} superseded or orphaned file(s)" in vacuumed.stdout
     assert not any(p.exists() for p in superseded)
     assert len(views(sample / "data" / "warehouse")["runs"]) == 4
     assert warehouse.vacuum(timedelta(0)) == []
@@ -293,9 +293,14 @@ def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
     assert not any(path.exists() for path in planned) and not planned[0].parent.exists()
     assert not (warehouse.root / "cases" / "run_id=c").exists()
 
-    dead = "20261201T000000-deadbeef"  # a writer that named its runs, then died
-    (warehouse.log_dir / PENDING / f"{dead}.json").write_text(json.dumps({"txn": dead, "runs": ["d"]}))
-    (warehouse.log_dir / PENDING / f"{dead}.json.tmp").write_text("{")  # its marker half rewritten
+    # A writer of this machine that named its runs, then died: its process is gone, so the
+    # next writer here removes its files (in the folders of its runs only).
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    gone = finished.pid  # exited and reaped: no process has this id now
+    dead = "20261201T000000-deadbeef"
+    (warehouse.log_dir / PENDING / f"{dead}.json").write_text(
+        json.dumps({"txn": dead, "runs": ["d"], "machine": machine_id(), "pid": gone}))
     left = new_part(warehouse.root, dead, "retrieved", "d")
     left.write_bytes(b"uncommitted")
     with warehouse.transaction() as txn:
@@ -304,9 +309,14 @@ def test_a_transaction_that_named_its_runs_cleans_their_folders_only(tmp_path):
     assert not list((warehouse.log_dir / PENDING).iterdir())
 
 
-@pytest.mark.parametrize("marker", ['{"txn": "t"}', "{", '{"runs": ["../.."]}', '{"runs": [".."]}', '{"runs": "d"}'],
-                         ids=["no runs", "unreadable", "unsafe name", "parent folder", "not a list"])
-def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp_path, marker):
+@pytest.mark.parametrize("marker", ['{"txn": "t"}', "{", '{"runs": ["../.."]}', '{"runs": [".."]}', '{"runs": "d"}',
+                                    '{"runs": ["d"], "machine": "elsewhere/0/0", "pid": 1}'],
+                         ids=["no runs", "unreadable", "unsafe name", "parent folder", "not a list", "another machine"])
+def test_a_transaction_not_known_dead_is_left_to_the_vacuum_past_the_retention(tmp_path, marker):
+    # A marker that does not prove its writer is gone (written elsewhere, or saying nothing of
+    # where) may belong to a writer still running on another machine: the next writer leaves
+    # its files, and `warehouse vacuum` removes them once the marker is older than the
+    # retention.
     from retrieval_eval.flows.warehouse.warehouse import PENDING, new_part
 
     warehouse = Warehouse(tmp_path / "wh")
@@ -318,7 +328,12 @@ def test_a_dead_transaction_whose_marker_names_no_runs_is_cleaned_everywhere(tmp
         path.write_bytes(b"uncommitted")
     with warehouse.transaction():
         pass
+    assert all(path.exists() for path in left)
+    warehouse.vacuum(timedelta(days=1), orphans=True)  # within the retention: kept
+    assert all(path.exists() for path in left)
+    warehouse.vacuum(timedelta(0), orphans=True)  # every file no commit names, whatever the marker says
     assert not any(path.exists() or path.parent.exists() for path in left)
+    assert not (warehouse.log_dir / PENDING / f"{dead}.json").exists()
 
 
 @pytest.mark.damages_warehouse
@@ -369,7 +384,10 @@ def test_warehouse_check_lists_a_killed_writers_files_apart_from_damage(sample):
     warehouse = sample / "data" / "warehouse"
     dead = "20261201T000000-deadbeef"
     (warehouse / "_log" / PENDING).mkdir(exist_ok=True)
-    (warehouse / "_log" / PENDING / f"{dead}.json").write_text(json.dumps({"txn": dead, "runs": [REGRESSION]}))
+    finished = subprocess.Popen(["true"])
+    finished.wait()  # a writer of this machine whose process is gone
+    (warehouse / "_log" / PENDING / f"{dead}.json").write_text(
+        json.dumps({"txn": dead, "runs": [REGRESSION], "machine": machine_id(), "pid": finished.pid}))
     left = new_part(warehouse, dead, "cases", REGRESSION)
     left.write_bytes(b"uncommitted")
     stray = warehouse / "cases" / f"run_id={REGRESSION}" / "part-of-no-transaction.parquet"
@@ -392,24 +410,25 @@ def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_
     # remove them as uncommitted (before, it judged them by the state it began from).
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from retrieval_eval.flows.warehouse import warehouse as warehouse_module
+    from retrieval_eval.flows.storage import local_store as store_module
+    from retrieval_eval.flows.storage.errors import StoreError
     from retrieval_eval.flows.warehouse.warehouse import RunCommit, describe_part, new_part
 
     warehouse = Warehouse(tmp_path / "wh")
-    flush = warehouse_module.fsync_path
+    flush = store_module.fsync_path
 
     def failing_on_the_log(path):
         if path == warehouse.log_dir:
             raise OSError(5, "Input/output error")
         flush(path)
 
-    monkeypatch.setattr(warehouse_module, "fsync_path", failing_on_the_log)
-    with pytest.raises(OSError, match="Input/output error"):
+    monkeypatch.setattr(store_module, "fsync_path", failing_on_the_log)
+    with pytest.raises(StoreError, match="Input/output error"):
         with warehouse.transaction() as txn:
             path = new_part(warehouse.root, txn.id, "runs", "run-a")
             pq.write_table(pa.table({"run_id": ["run-a"]}), path)
             txn.commit({"run-a": RunCommit({"runs": [describe_part(path, warehouse.root)]}, None, None)})
     assert path.exists()
-    monkeypatch.setattr(warehouse_module, "fsync_path", flush)
+    monkeypatch.setattr(store_module, "fsync_path", flush)
     committed = Warehouse(tmp_path / "wh").state().runs["run-a"].tables["runs"]
     assert [warehouse.root / part.path for part in committed] == [path]

@@ -80,7 +80,7 @@ from pathlib import Path  # noqa: E402
 
 from ... import __version__  # noqa: E402
 from ..inputs import config  # noqa: E402
-from ..inputs.options import add_arguments, bounded, fraction, positive_int, significance_level  # noqa: E402
+from ..inputs.options import add_arguments, bounded, fraction, location_argument, positive_int, significance_level  # noqa: E402
 from ..storage.interrupts import import_engines  # noqa: E402
 from .collector import imports_done  # noqa: E402
 from .exit_codes import (  # noqa: E402
@@ -150,9 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = command("run", "ingest runs, compute metrics, write the warehouse and the report", cmd_run)
     add_arguments(run, "run", ["runs"])
-    run.add_argument("--trec-run", type=Path, metavar="FILE",
+    run.add_argument("--trec-run", type=location_argument, metavar="FILE",
                      help="evaluate a TREC run file (qid Q0 docno rank score tag) in place of RUNS; needs --qrels")
-    run.add_argument("--qrels", type=Path, metavar="FILE", help="the TREC judgments (qid iter docno rel) of --trec-run")
+    run.add_argument("--qrels", type=location_argument, metavar="FILE", help="the TREC judgments (qid iter docno rel) of --trec-run")
     run.add_argument("--run-id", help="the run id of --trec-run (default: the run file's name without extension)")
     add_arguments(run, "run", ["kb", "warehouse", "report_dir", "k", "ks", "relevance_level"])
     run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report "
@@ -172,8 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_orchestration_arguments(serve, tracked_flag=False)
 
     check = command("check-kb", "every gold id resolves to a KB card (exit 1 if not)", cmd_check_kb)
-    check.add_argument("runs", nargs="?", type=Path, default=config.RUNS)
-    check.add_argument("--kb", type=Path, default=config.KB)
+    check.add_argument("runs", nargs="?", type=location_argument, default=config.RUNS)
+    check.add_argument("--kb", type=location_argument, default=config.KB)
 
     gate = command("gate", "regression tolerance of a run against a baseline snapshot", cmd_gate)
     gate.add_argument("run_id")
@@ -185,7 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     baseline_commands = baseline.add_subparsers(dest="baseline_command", required=True)
     refresh = baseline_commands.add_parser("refresh", help="write the snapshot of a run", formatter_class=HelpFormatter)
     refresh.add_argument("run_id")
-    refresh.add_argument("--out", type=Path, default=config.BASELINE, help="the snapshot file to write")
+    refresh.add_argument("--out", default=str(config.BASELINE),
+                         help="the snapshot file to write (a path, or a URI: s3://bucket/baseline.json)")
     add_arguments(refresh, "baseline refresh")
     refresh.set_defaults(handler=cmd_baseline_refresh)
     floors = baseline_commands.add_parser("floors", help="suggest --min-hit/--min-recall from the baseline",
@@ -237,7 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", required=True, choices=("trec-run", "trec-eval", "csv", "parquet"),
                         help="trec-run: the ranked cards as `qid Q0 docno rank score tag`; trec-eval: per-case "
                              "figures at --k as `trec_eval -q` prints them; csv, parquet: the case_metrics rows")
-    export.add_argument("--out", type=Path, help="the file to write (default: stdout; parquet needs one)")
+    export.add_argument("--out", help="the file to write, a path or a URI such as s3://bucket/run.parquet "
+                        "(default: stdout; parquet needs one)")
     add_arguments(export, "export")
     export.add_argument("--k", type=positive_int,
                         help="trec-eval: the cutoff (default: the run's headline k); csv, parquet: only that "

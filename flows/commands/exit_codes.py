@@ -1,7 +1,7 @@
 """The command's exit codes, and the one table that maps what went wrong to them (SPEC 5):
 0 ok, 1 a gate or check failed (the command returns it), 2 bad input or usage and the
 environment's refusals (a full disk, a missing folder), 130 / 143 interrupted, 141 the reader
-of a pipe went away. Kept to the standard library and transforms/errors.py: the entry point
+of a pipe went away. Kept to the standard library, transforms/errors.py and the store's errors: the entry point
 imports it before anything else."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 
 from ...transforms.errors import InputError
+from ..storage.errors import StoreError
+from ..storage.locations import LocationError
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -26,6 +28,10 @@ def error_exit(error: BaseException) -> tuple[int, str] | None:
     not the program's; None for any other (it is raised, with its traceback). Interrupts and a
     closed pipe are met before this (flows/commands/cli.py `main`)."""
     if isinstance(error, InputError):
+        return EXIT_BAD_INPUT, f"retrieval-eval: {error}"
+    if isinstance(error, StoreError):  # a store's refusal or absence, named by its location (never a secret)
+        return EXIT_BAD_INPUT, f"retrieval-eval: {error}"
+    if isinstance(error, LocationError):  # a location that cannot be parsed (its message repeats no user information)
         return EXIT_BAD_INPUT, f"retrieval-eval: {error}"
     if isinstance(error, OSError):  # disk full, read-only or missing folders: the environment, said plainly
         where = f"{error.filename}: " if error.filename else ""

@@ -111,7 +111,7 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
     try:
         baseline = read_baseline(options.gate.baseline) if options.gate and committed else None
         kb = checked_kb(options)
-        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
+        report = steps.report(state, ReportOptions(options.warehouse, options.report_dir, kb, options.charts, baseline))
         gate = None
         if baseline is not None:
             newest = newest_run_id(load_run_folders(options.runs))

@@ -35,6 +35,6 @@ def cmd_warehouse_rebuild(args: argparse.Namespace) -> int:
 
 def cmd_warehouse_vacuum(args: argparse.Namespace) -> int:
 
-    deleted = Warehouse(args.warehouse).vacuum(timedelta(days=args.retention_days))
-    print(f"warehouse vacuum: deleted {len(deleted)} superseded file(s) older than {args.retention_days:g} day(s)")
+    deleted = Warehouse(args.warehouse).vacuum(timedelta(days=args.retention_days), orphans=True)
+    print(f"warehouse vacuum: deleted {len(deleted)} superseded or orphaned file(s) older than {args.retention_days:g} day(s)")
     return EXIT_OK

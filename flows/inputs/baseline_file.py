@@ -12,6 +12,7 @@ from ...transforms.baseline import dumps, snapshot_case_metrics, snapshot_proble
 from ...transforms.errors import InputError, first_lines
 from ..sources.artifacts import read_json_file
 from ..sources.schemas import validate
+from ..sources.stored_file import StoredFile, is_uri
 from ..storage.output_files import written_aside
 
 LISTED_PROBLEMS = 20
@@ -34,8 +35,10 @@ class Baseline:
         return f"Baseline({str(self.path)!r}, run {self.snapshot['run_id']!r}, k={self.snapshot['k']})"
 
 
-def read_baseline(path: Path) -> Baseline:
-    snapshot = read_json_file(path, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`", MAX_DEPTH)
+def read_baseline(path: Path | str) -> Baseline:
+    """The snapshot at `path`, a local file or a bucket's object (SPEC 14), checked."""
+    stored = StoredFile.at(path) if is_uri(path) else Path(path)
+    snapshot = read_json_file(stored, "no baseline: write one with `retrieval-eval baseline refresh RUN_ID`", MAX_DEPTH)
     problems = validate(snapshot, "baseline")
     cases = None if problems else snapshot_case_metrics(snapshot)
     problems = problems or snapshot_problems(snapshot, cases)  # its figures, once its shape holds

@@ -4,7 +4,9 @@ KB a run's flips are judged against: the one it recorded (SPEC 16)."""
 
 from __future__ import annotations
 
+import io
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,8 +18,9 @@ from ...transforms.errors import InputError, first_lines
 from ...transforms.kb_cards import card_problem
 from ..sources.artifacts import RunFolder
 from ..sources.ingest import split_records
+from ..sources.stored_file import StoredFile, is_uri
 from ..storage.duckdb_connection import connect
-from ..storage.hashing import file_digest
+from ..storage.hashing import checksum_of_bytes, file_digest
 from . import config
 
 LISTED_PROBLEMS = 10
@@ -27,15 +30,16 @@ LISTED_PROBLEMS = 10
 class KnowledgeBase:
     """A KB read and judged once (`read_kb`), then handed to the report and the gate."""
 
-    path: Path
+    path: Path | str  # a local file, or a bucket's URI
     cards: pl.DataFrame  # id, title
     digest: str  # of the file's bytes, as a run records it (`runs.kb_digest`)
     given: bool = False  # named with --kb, so it wins over a run's own; else the default one
 
     @property
     def uri(self) -> str:
-        """The file as a run records it (`runs.kb_uri`): its absolute path."""
-        return os.path.abspath(self.path)
+        """The file as a run records it (`runs.kb_uri`): its absolute path, or its URI as given
+        (which never carries credentials)."""
+        return str(self.path) if is_uri(self.path) else os.path.abspath(self.path)
 
 
 def kb_record(kb: KnowledgeBase | None) -> dict | None:
@@ -44,19 +48,30 @@ def kb_record(kb: KnowledgeBase | None) -> dict | None:
     return None if kb is None else {"uri": kb.uri, "digest": kb.digest}
 
 
-def kb_file_digest(path: Path) -> str:
-    return "blake3:" + file_digest(path)
+def kb_file_digest(path: Path | str) -> str:
+    """Of a KB's bytes, local or in a bucket; FileNotFoundError or NotFound when it is gone."""
+    if is_uri(path):
+        return "blake3:" + checksum_of_bytes(StoredFile.at(path).read_bytes())
+    return "blake3:" + file_digest(Path(path))
 
 
-def read_kb(kb: Path, *, given: bool = False) -> KnowledgeBase:
-    """The cards of `kb` (id, title), each judged by the rules of transforms/kb_cards.py (in
-    Python, line by line: one verdict per card, whatever the other lines hold); a KB with any
-    bad card is refused naming each by its line."""
-    if not kb.is_file():
-        raise InputError(f"{kb}: no such knowledge base file")
-    digest = kb_file_digest(kb)
+def read_kb(kb: Path | str, *, given: bool = False) -> KnowledgeBase:
+    """The cards of `kb` (id, title), a local file or a bucket's object read whole, each judged
+    by the rules of transforms/kb_cards.py (in Python, line by line: one verdict per card,
+    whatever the other lines hold); a KB with any bad card is refused naming each by its line."""
+    if is_uri(kb):
+        stored = StoredFile.at(kb)
+        if not stored.exists():
+            raise InputError(f"{kb}: no such knowledge base file")
+        data = stored.read_bytes()
+        digest, opened = "blake3:" + checksum_of_bytes(data), io.BytesIO(data)
+    else:
+        kb = Path(kb)
+        if not kb.is_file():
+            raise InputError(f"{kb}: no such knowledge base file")
+        digest, opened = kb_file_digest(kb), open(kb, "rb")
     cards, problems, first_line_of = [], [], {}
-    with open(kb, "rb") as lines:
+    with opened as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
@@ -76,27 +91,30 @@ def load_kb(con: duckdb.DuckDBPyConnection, kb: KnowledgeBase) -> None:
     con.register("kb_cards", kb.cards)
 
 
-def gold_not_in_kb(kb: Path, folders: list[RunFolder]) -> pl.DataFrame:
-    """One row per (run, case, field, gold id) written in the cases files that is not a KB card."""
-    with connect() as con:
+def gold_not_in_kb(kb: Path | str, folders: list[RunFolder]) -> pl.DataFrame:
+    """One row per (run, case, field, gold id) written in the cases files that is not a KB card
+    (a cases file in a bucket is copied to a temporary folder to be read)."""
+    with connect() as con, tempfile.TemporaryDirectory(prefix="retrieval-eval-check-kb-") as downloads:
         load_kb(con, read_kb(kb))
         con.execute("create temp table gold_ids (run_id varchar, case_id varchar, field varchar, gold_id varchar)")
         for folder in folders:
+            cases_file = folder.local_cases_file(Path(downloads))
             try:
                 con.execute("insert into gold_ids " + sql.load("gold_ids"),
-                            {"path": str(folder.cases_file), "run_id": folder.run_id})
+                            {"path": str(cases_file), "run_id": folder.run_id})
             except duckdb.Error as error:
-                raise InputError(malformed_records(folder.cases_file, error)) from None
+                raise InputError(malformed_records(cases_file, error, folder.cases_uri)) from None
         return con.sql(sql.load("gold_not_in_kb")).pl().sort(pl.all())
 
 
-def malformed_records(cases_file: Path, error: duckdb.Error) -> str:
-    """What DuckDB could not read in a cases file, named by line by the record rules."""
+def malformed_records(cases_file: Path, error: duckdb.Error, shown: str) -> str:
+    """What DuckDB could not read in a cases file (`shown` as the user named it), named by line
+    by the record rules."""
     with open(os.devnull, "wb") as nowhere:
-        rejects = split_records(cases_file, str(cases_file), nowhere).rejects
+        rejects = split_records(cases_file, shown, nowhere).rejects
     if not rejects:  # lines the rules accept: DuckDB's own limit
-        return f"{cases_file}: DuckDB cannot read its gold fields ({error})"
-    return (f"{cases_file}: {len(rejects)} malformed record(s), whose gold cannot be read:\n"
+        return f"{shown}: DuckDB cannot read its gold fields ({error})"
+    return (f"{shown}: {len(rejects)} malformed record(s), whose gold cannot be read:\n"
             + first_lines([r.describe() for r in rejects], LISTED_PROBLEMS))
 
 
@@ -143,10 +161,9 @@ def recorded_kb(run: dict, source: dict | None) -> dict | None | bool:
 
 def own_kb_problem(run_id: str, recorded: dict) -> str | None:
     """What is wrong with the KB file a run recorded (gone, or its bytes changed), or None."""
-    path = Path(recorded["uri"])
-    if not path.is_file():
+    if not StoredFile.at(recorded["uri"]).exists():
         return f"run {run_id}'s KB {recorded['uri']} is gone"
-    if kb_file_digest(path) != recorded["digest"]:
+    if kb_file_digest(recorded["uri"]) != recorded["digest"]:
         return (f"run {run_id}'s KB {recorded['uri']} has changed since the run (its digest is not "
                 f"{recorded['digest']})")
     return None
@@ -180,7 +197,7 @@ def run_kb(run_id: str, run: dict, source: dict | None, held: KnowledgeBase | No
     if problem:
         return RunKb(None, f"{problem}: no flip could be judged gold_not_in_kb (no other KB stands in for it; give "
                            "--kb to judge them against one)", False)
-    return RunKb(read_kb(Path(recorded["uri"])), None, True)
+    return RunKb(read_kb(recorded["uri"]), None, True)
 
 
 def compared_kb_notes(runs: list[dict]) -> list[str]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from ..storage.locations import LocationError, parse_location
 from . import config
 
 MAX_INT = 2**31 - 1  # k, and every other count a user gives
@@ -47,6 +48,25 @@ def bounded(cast, low, high, expected: str):
         return value
 
     return parse
+
+
+def input_location(given: str | Path) -> Path | str:
+    """A location an input is read from, as the user gave it (SPEC 14): a local path (a
+    `file://` URI names one), or a bucket's URI kept as its text (a Path would spoil it:
+    `s3:/bucket/key`)."""
+    if isinstance(given, Path) or "://" not in given:
+        return Path(given)
+    location = parse_location(given)
+    return Path(str(location)) if location.is_local else given
+
+
+def location_argument(text: str) -> Path | str:
+    """An argparse type: `input_location`, a location that cannot be parsed being a usage error
+    that says why (an unknown scheme, credentials in the URI)."""
+    try:
+        return input_location(text)
+    except LocationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 positive_int = bounded(int, 1, MAX_INT, f"an integer in [1, {MAX_INT}]")
@@ -118,15 +138,17 @@ class Option:
 KB_HELP = f"knowledge base cards.jsonl (default: {config.KB} when present)"
 
 OPTIONS: tuple[Option, ...] = (
-    Option("runs", str, str(config.RUNS), "runs root or one run folder", JOB, parse=Path,
+    Option("runs", str, str(config.RUNS), "runs root or one run folder (a path, or a URI: s3://bucket/runs)", JOB,
+           parse=location_argument,
            cli_default={"run": None}, positional=True),
     Option("kb", str, None, KB_HELP + ": gold ids that are not cards are flagged in the report",
-           (*JOB, "gate"), parse=Path,
+           (*JOB, "gate"), parse=location_argument,
            cli_help={"gate": "knowledge base cards.jsonl to tell apart flips whose gold is not a card (default: "
                              "the KB the run was judged against)"}),
-    Option("warehouse", str, str(config.WAREHOUSE), "the warehouse folder", GATE + READERS, parse=Path),
-    Option("report_dir", str, str(config.REPORT_DIR), "where report.md, report.html and the charts are written",
-           JOB, parse=Path),
+    Option("warehouse", str, str(config.WAREHOUSE), "the warehouse: a folder, or a URI (s3://bucket/warehouse)",
+           GATE + READERS, parse=input_location),
+    Option("report_dir", str, str(config.REPORT_DIR), "where report.md, report.html and the charts are written "
+           "(a folder, or a URI: s3://bucket/prefix)", JOB, parse=str),
     Option("k", int, None, f"headline k (default: each run's retrieval_top_k; {config.TREC_TOP_K} for "
            "--trec-run)", JOB, parse=positive_int, bounds=COUNT),
     Option("ks", int, None, "k sweep, e.g. 1,2,3,5,10 (default: the headline k only)", JOB,
@@ -135,7 +157,7 @@ OPTIONS: tuple[Option, ...] = (
            parse=positive_int, bounds=COUNT),
     Option("allow_rejects", bool, False, "load the valid records of a run with rejects", JOB),
     Option("baseline", str, None, "gate the newest run against this snapshot (exit 1 when it fails; "
-           "default: no gate)", (*GATE, "baseline floors"), parse=Path,
+           "default: no gate)", (*GATE, "baseline floors"), parse=location_argument,
            cli_default={"gate": str(config.BASELINE), "baseline floors": str(config.BASELINE)},
            cli_help={"gate": "the baseline snapshot", "baseline floors": "the baseline snapshot"},
            deployed=str(config.BASELINE)),

@@ -21,14 +21,17 @@ from ...transforms.errors import InputError, RejectedRecords, RejectTally, rejec
 from ..inputs import config
 from ..inputs.baseline_file import Baseline, read_baseline
 from ..inputs.kb import KnowledgeBase, kb_record, read_kb
-from ..inputs.options import BY_NAME, OPTIONS
+from ..inputs.options import BY_NAME, OPTIONS, input_location
 from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_options, gate_run, refuse_ungateable
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
-from ..sources.artifacts import RunFolder, load_run_folders
 from ..sources.case_file import Prefetch
-from ..sources.ingest import BATCH_ITEMS, Ingest, StagedBatch
-from ..sources.trec_files import TrecIngest, TrecSource, trec_source
+from ..sources.ingest import BATCH_ITEMS, StagedBatch
+from ..sources.source import RunIngest, RunSource, source_format
+from ..sources.stored_file import StoredFile
 from ..storage.duckdb_connection import connect
+from ..storage.errors import StoreError
+from ..storage.locations import Location
+from ..storage.output_files import output_target
 from ..warehouse.catalog import refresh_catalog
 from ..warehouse.summary import refresh_summary, summary_files
 from ..warehouse.warehouse import State, Warehouse, scratch_dir
@@ -40,10 +43,10 @@ from .progress import Progress
 
 @dataclass(frozen=True)
 class JobOptions:
-    runs: Path = config.RUNS
-    kb: Path | None = None  # None: the default KB when there is one (a KB that was given must exist)
-    warehouse: Path = config.WAREHOUSE
-    report_dir: Path = config.REPORT_DIR
+    runs: Path | str = config.RUNS  # a local path, or a URI (flows/inputs/options.py `input_location`)
+    kb: Path | str | None = None  # None: the default KB when there is one (a KB that was given must exist)
+    warehouse: Path | str = config.WAREHOUSE  # a folder, or a bucket's URI as given
+    report_dir: Path | Location = config.REPORT_DIR  # a local folder or a URI's (flows/storage/output_files.py)
     k: int | None = None
     ks: tuple[int, ...] = ()
     relevance_level: int = 1
@@ -51,13 +54,13 @@ class JobOptions:
     batch_items: int | None = None  # retrieved items per batch or partition
     charts: bool = True
     gate: GateOptions | None = None  # gate the newest run against a baseline
-    trec_run: Path | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12)
-    qrels: Path | None = None
+    trec_run: Path | str | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12)
+    qrels: Path | str | None = None
     run_id: str | None = None  # the TREC run's id (default: the run file's name)
 
 
-def _path(value: Any) -> Path | None:
-    return None if value is None else Path(value)
+def _path(value: Any) -> Path | str | None:
+    return None if value is None else input_location(value)
 
 
 def job_options(values: Mapping[str, Any]) -> JobOptions:
@@ -65,10 +68,10 @@ def job_options(values: Mapping[str, Any]) -> JobOptions:
     parameters (a name not given, or a runs root given as None, takes its default)."""
     given = {**{option.name: option.default for option in OPTIONS}, **values}
     return JobOptions(
-        runs=Path(given["runs"] if given["runs"] is not None else BY_NAME["runs"].default),
+        runs=input_location(given["runs"] if given["runs"] is not None else BY_NAME["runs"].default),
         kb=_path(given["kb"]),
-        warehouse=Path(given["warehouse"]),
-        report_dir=Path(given["report_dir"]),
+        warehouse=input_location(given["warehouse"]),
+        report_dir=output_target(given["report_dir"]),
         k=given["k"],
         ks=tuple(given["ks"] or ()),
         relevance_level=given["relevance_level"],
@@ -131,23 +134,23 @@ class Steps(Protocol):
     def settle(self, handles: list[Any]) -> None: ...
 
 
-def resolve_kb(kb: Path | None) -> Path | None:
-    """The KB to check gold ids against: a given one must exist (SPEC 6); without one, the
-    default when it is there."""
+def resolve_kb(kb: Path | str | None) -> Path | str | None:
+    """The KB to check gold ids against (a local path or a URI): a given one must exist
+    (SPEC 6); without one, the default when it is there."""
     if kb is None:
         return config.KB if config.KB.is_file() else None
-    if not kb.is_file():
+    if not StoredFile.at(kb).exists():
         raise InputError(f"{kb}: no such knowledge base file (--kb)")
     return kb
 
 
-def resolved_kb(kb: Path | None) -> KnowledgeBase | None:
+def resolved_kb(kb: Path | str | None) -> KnowledgeBase | None:
     """The KB `resolve_kb` names, read and judged card by card (None when there is none)."""
     path = resolve_kb(kb)
     return None if path is None else read_kb(path, given=kb is not None)
 
 
-def given_kb(kb: Path | None) -> KnowledgeBase | None:
+def given_kb(kb: Path | str | None) -> KnowledgeBase | None:
     """The KB given with --kb to a command that reads runs (`gate`), read and judged; None when
     none was given: each run is then judged against its own (flows/inputs/kb.py `run_kb`)."""
     return None if kb is None else resolved_kb(kb)
@@ -162,15 +165,17 @@ def checked_kb(options: JobOptions) -> KnowledgeBase | None:
     return resolved_kb(options.kb)
 
 
-def sources(options: JobOptions) -> list[RunFolder | TrecSource]:
-    """The runs to evaluate, each checked before anything is written (SPEC 6): a TREC run
-    file with its qrels, or every run folder of RUNS."""
+def sources(options: JobOptions) -> list[RunSource]:
+    """The runs to evaluate, each checked before anything is written (SPEC 6), through their
+    format's reader (flows/sources/source.py): a TREC run file with its qrels, or every run
+    folder of RUNS."""
     if options.trec_run is not None:
-        return [trec_source(options.trec_run, options.qrels, options.run_id, top_k=config.TREC_TOP_K)]
-    return load_run_folders(options.runs)
+        return source_format("trec")(options.trec_run, qrels=options.qrels, run_id=options.run_id,
+                                     top_k=config.TREC_TOP_K)
+    return source_format("native")(options.runs, top_k=config.TREC_TOP_K)
 
 
-def newest_run_id(folders: list[RunFolder | TrecSource]) -> str:
+def newest_run_id(folders: list[RunSource]) -> str:
     """The run a job gates: the newest by its manifest's created_at instant, then by run id."""
     return max(folders, key=lambda folder: (folder.manifest.created_at_utc, folder.run_id)).run_id
 
@@ -180,7 +185,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
     baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
     kb = checked_kb(options)
     warehouse = Warehouse(options.warehouse)
-    if not warehouse.exists() and warehouse.catalog_path.exists():
+    if not warehouse.remote and not warehouse.exists() and warehouse.catalog_path.exists():
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept
     progress = Progress(len(folders))
     with warehouse.transaction() as txn:
@@ -195,12 +200,12 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         # the only runs whose folders get parts: those evaluated, and those whose KB changed
         writes = frozenset(plan.run_id for plan in plans if plan.reuse is None or plan.kb_changed)
         txn.plan(writes)
-        ref = TxnRef(warehouse.root, txn.id, writes)
+        ref = TxnRef(warehouse.root, txn.id, writes, str(options.warehouse))
         ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
         evaluated: dict[str, list[Any]] = {}
         try:
             for number, plan in enumerate(todo, start=1):
-                progress.start_run(number, plan.run_id, plan.cases_file.stat().st_size)
+                progress.start_run(number, plan.run_id, plan.folder.cases_size())
                 batches = steps.batches(ingests[plan.run_id])
                 evaluated[plan.run_id] = handles = []
                 try:
@@ -232,10 +237,10 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
         raise RejectedRecords(", ".join(run_ids), sum((o.rejects for o in refused), RejectTally()),
                               where_all=rejects_query(run_ids, warehouse_option))
     try:
-        report = steps.report(state, ReportOptions(warehouse.root, options.report_dir, kb, options.charts, baseline))
-    except OSError as error:  # a full disk, a read-only folder: said with what stands
-        where = f"{error.filename}: " if error.filename else ""
-        raise InputError(f"{where}{error.strerror or error}; the report was not written, but the warehouse is "
+        report = steps.report(state, ReportOptions(options.warehouse, options.report_dir, kb, options.charts, baseline))
+    except (OSError, StoreError) as error:  # a full disk, a read-only folder, a bucket: said with what stands
+        where = f"{error.filename}: " if getattr(error, "filename", None) else ""
+        raise InputError(f"{where}{getattr(error, 'strerror', None) or error}; the report was not written, but the warehouse is "
                          f"committed ({len(commits)} run(s) written now): fix this and run again (unchanged runs "
                          "are not read again)") from None
     gate = None
@@ -254,22 +259,18 @@ class InProcess:
         self.batch_items = batch_items or BATCH_ITEMS
         self.con = connect()
 
-    def ingest(self, plan: RunPlan, txn: TxnRef) -> Ingest | TrecIngest:
-        if isinstance(plan.folder, TrecSource):
-            return TrecIngest(plan.folder, txn_scratch(txn, plan.run_id), allow_rejects=plan.allow_rejects,
-                              relevance_level=plan.relevance_level, batch_items=self.batch_items,
-                              committed_digest=plan.committed_digest)
-        return Ingest(plan.cases_file, txn_scratch(txn, plan.run_id), allow_rejects=plan.allow_rejects,
-                      relevance_level=plan.relevance_level, batch_items=self.batch_items,
-                      read=self.prefetch.take(plan.cases_file), committed_digest=plan.committed_digest)
+    def ingest(self, plan: RunPlan, txn: TxnRef) -> RunIngest:
+        return plan.folder.ingest(txn_scratch(txn, plan.run_id), allow_rejects=plan.allow_rejects,
+                                  relevance_level=plan.relevance_level, batch_items=self.batch_items,
+                                  committed_digest=plan.committed_digest, prefetch=self.prefetch)
 
-    def batches(self, ingest: Ingest | TrecIngest) -> Iterable[StagedBatch]:
+    def batches(self, ingest: RunIngest) -> Iterable[StagedBatch]:
         return ingest.batches()
 
     def score(self, plan: RunPlan, batch: StagedBatch, txn: TxnRef) -> BatchParts:
         return score_batch(plan, batch.frame, batch.attempt, batch.index, txn, self.con)
 
-    def finish(self, plan: RunPlan, ingest: Ingest | TrecIngest, evaluated: list[BatchParts], txn: TxnRef) -> Outcome:
+    def finish(self, plan: RunPlan, ingest: RunIngest, evaluated: list[BatchParts], txn: TxnRef) -> Outcome:
         return finish_run(plan, ingest.account, evaluated, txn)
 
     def report(self, state: State, options: ReportOptions) -> WrittenReport:

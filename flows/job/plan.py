@@ -7,10 +7,9 @@ import hashlib
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from ...transforms.case_metrics import cutoffs
-from ..sources.artifacts import RunFolder
+from ..sources.source import RunSource
 from ..warehouse.evaluation_key import evaluation_key
 from ..warehouse.views import part_damage
 from ..warehouse.warehouse import RunState, State, Warehouse
@@ -18,12 +17,12 @@ from ..warehouse.warehouse import RunState, State, Warehouse
 
 @dataclass(frozen=True)
 class RunPlan:
-    folder: RunFolder  # or a flows/sources/trec_files.py TrecSource, planned alike
+    folder: RunSource  # a run folder, a TREC run, …: the run's artifacts (flows/sources/source.py)
     headline_k: int
     ks: list[int]
     relevance_level: int
     allow_rejects: bool
-    stamp: list  # size, mtime, inode and ctime of the manifest and the cases file
+    stamp: list  # the artifacts' fingerprint (RunSource.fingerprint): equal to the committed one, nothing is read
     manifest_digest: str
     committed: RunState | None
     damage: str | None  # what is wrong with the committed parts, if anything
@@ -35,8 +34,9 @@ class RunPlan:
         return self.folder.run_id
 
     @property
-    def cases_file(self) -> Path:
-        return self.folder.cases_file
+    def cases_file(self) -> str:
+        """The cases file as the log and the `runs` row record it: an absolute path or a URI."""
+        return self.folder.cases_uri
 
     @property
     def committed_digest(self) -> str | None:
@@ -66,20 +66,23 @@ class RunPlan:
                 "manifest_digest": self.manifest_digest, "kb": self.kb}
 
 
-def stamp(folder: RunFolder) -> list:
-    """Size, mtime, inode and ctime of the run's files: a copy that keeps the size and
-    restores the mtime (`cp -p`, rsync, tar) still gets a new inode or ctime."""
-    stats = [path.stat() for path in folder.files]
-    return [[st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns] for st in stats]
+def stamp(folder: RunSource) -> list:
+    """The run's artifacts' fingerprint, read from the store without reading the files."""
+    return folder.fingerprint()
 
 
-def manifest_digest(folder: RunFolder) -> str:
+def manifest_digest(folder: RunSource) -> str:
     """Of the manifest's checked fields (every one of them lands in the `runs` row)."""
     fields = json.dumps(folder.manifest.__dict__, sort_keys=True, default=str)
     return hashlib.sha256(fields.encode()).hexdigest()[:20]
 
 
 def damaged_part(warehouse: Warehouse, run: RunState, every_byte: bool) -> str | None:
+    """What is wrong with a committed run's parts. In a bucket only the run read to the byte
+    is checked (fetched into the cache, digest checked): the others cost no request each
+    (SPEC 14), and a damaged one is named by the command that reads it."""
+    if warehouse.remote and not every_byte:
+        return None
     for table, part in run.files():
         damage = part_damage(warehouse, part, every_byte=every_byte)
         if damage:
@@ -87,7 +90,7 @@ def damaged_part(warehouse: Warehouse, run: RunState, every_byte: bool) -> str |
     return None
 
 
-def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | None, ks: tuple[int, ...],
+def plan_run(folder: RunSource, state: State, warehouse: Warehouse, *, k: int | None, ks: tuple[int, ...],
              relevance_level: int, allow_rejects: bool, kb: dict | None = None, every_byte: bool = False) -> RunPlan:
     headline_k = k or folder.manifest.retrieval_top_k
     committed = state.runs.get(folder.run_id)
@@ -102,7 +105,7 @@ def plan_run(folder: RunFolder, state: State, warehouse: Warehouse, *, k: int | 
     return RunPlan(**{**plan.__dict__, "reuse": "unchanged"})
 
 
-def plan_runs(folders: list[RunFolder], state: State, warehouse: Warehouse, *, newest: str | None = None,
+def plan_runs(folders: list[RunSource], state: State, warehouse: Warehouse, *, newest: str | None = None,
               **options) -> list[RunPlan]:
     """Each run's plan; the parts of the `newest` run (the one the report details and the job
     gates) are checked to the byte, the others by their stat."""

@@ -41,7 +41,7 @@ from ..inputs.kb import KnowledgeBase
 from ..inputs.options import flow_docstring, flow_signature
 from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_run
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
-from ..sources.ingest import PARTITION_ITEMS, Ingest, IngestAccount
+from ..sources.ingest import PARTITION_ITEMS, IngestAccount
 from ..storage.duckdb_connection import THREADS_ENV
 from ..warehouse.part_files import write_parquet
 from ..warehouse.warehouse import State, scratch_dir
@@ -111,8 +111,8 @@ def stage_task(plan: RunPlan, txn: TxnRef, batch_items: int) -> StagedRun:
     """Validate one run's cases file and write its staged cases as Parquet partitions, each
     under a fresh name (a staging computed again writes new files, never over read ones)."""
     scratch = scratch_dir(txn.root, txn.id, plan.run_id)
-    ingest = Ingest(plan.cases_file, scratch, allow_rejects=plan.allow_rejects, relevance_level=plan.relevance_level,
-                    batch_items=batch_items, committed_digest=plan.committed_digest)
+    ingest = plan.folder.ingest(scratch, allow_rejects=plan.allow_rejects, relevance_level=plan.relevance_level,
+                                batch_items=batch_items, committed_digest=plan.committed_digest)
     files = []
     for batch in ingest.batches():
         path = scratch / f"staged-{batch.attempt}-{batch.index:04d}-{uuid.uuid4().hex[:8]}.parquet"
@@ -183,13 +183,12 @@ class PrefectSteps:
         wait(running)
 
     def publish(self, report: WrittenReport, gate: GateOutcome | None) -> None:
-        folder = report.markdown.parent.absolute()
         # The UI cannot show the report folder's images: the artifact keeps the tables only.
         create_markdown_artifact(markdown=render_markdown(report.report, with_images=False), key=REPORT_ARTIFACT,
                                  description="Retrieval evaluation report (tables; charts are in the report folder)")
         create_table_artifact(table=report.report.runs.select("run_id", "headline_k", *NAMES, "n").to_dicts(), key=HEADLINE_ARTIFACT,
                               description="Headline figures of every run, slice `all`")
-        create_link_artifact(link=folder.as_uri(), link_text=str(folder), key=FOLDER_ARTIFACT,
+        create_link_artifact(link=report.folder_link, link_text=str(report.folder), key=FOLDER_ARTIFACT,
                              description="Folder with report.md, report.html and their charts")
         if gate is not None:
             table = gate_table(gate)
@@ -231,10 +230,16 @@ job_flow = flow(name=FLOW_NAME)(job_flow)
 
 def with_absolute_paths(options: JobOptions) -> JobOptions:
     """`options` with every path absolute (a Dask worker's working directory is not ours)."""
-    absolute = {name: getattr(options, name).absolute() for name in ("runs", "warehouse", "report_dir")}
-    gate = options.gate and replace(options.gate, baseline=options.gate.baseline.absolute(),
-                                    warehouse=absolute["warehouse"])
-    return replace(options, **absolute, kb=options.kb and options.kb.absolute(), gate=gate)
+    absolute = {name: getattr(options, name).absolute() for name in ("warehouse",)}
+    if isinstance(options.report_dir, Path):  # else a URI's location
+        absolute["report_dir"] = options.report_dir.absolute()
+    for name in ("runs", "kb"):  # a URI is kept as given
+        if isinstance(getattr(options, name), Path):
+            absolute[name] = getattr(options, name).absolute()
+    baseline = options.gate and options.gate.baseline
+    gate = options.gate and replace(options.gate, warehouse=absolute["warehouse"],
+                                    baseline=baseline.absolute() if isinstance(baseline, Path) else baseline)
+    return replace(options, **absolute, gate=gate)
 
 
 def make_task_runner(task_runner: str = "thread", dask_address: str | None = None, api_url: str | None = None):

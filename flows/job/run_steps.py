@@ -24,7 +24,7 @@ from ...transforms.run_summary import add_counts, run_summary
 from ..sources.ingest import IngestAccount
 from ..sources.reject_stream import REJECT_COLUMNS, RejectFiles
 from ..warehouse.part_files import write_parquet
-from ..warehouse.warehouse import PartFile, RunCommit, new_part
+from ..warehouse.warehouse import PartFile, RunCommit, Warehouse, new_part
 from .plan import RunPlan
 
 REJECTS_SCHEMA = {"run_id": pl.String, **REJECT_COLUMNS}
@@ -36,9 +36,10 @@ class TxnRef:
     and for which runs (those it named in its marker: a part of any other run would be
     left behind by its cleanup, which looks in their folders only)."""
 
-    root: Path
+    root: Path  # where its parts are written: the warehouse's folder, or the folder they are staged in
     id: str
     runs: frozenset[str] | None = None  # None: any run (the cleanup then looks everywhere)
+    warehouse: str | None = None  # the warehouse as given (a folder or a URI): where committed parts are read
 
     def new_part(self, table: str, run_id: str) -> Path:
         if self.runs is not None and run_id not in self.runs:
@@ -164,7 +165,8 @@ def runs_row_with_kb(plan: RunPlan, txn: TxnRef) -> dict[str, list[PartFile]]:
     written again with the job's (the one row read from its committed part, no case read)."""
     if not plan.kb_changed:
         return {}
-    committed = pl.concat([pl.read_parquet(txn.root / part.path) for part in plan.committed.tables["runs"]],
+    warehouse = Warehouse(txn.warehouse if txn.warehouse is not None else txn.root)
+    committed = pl.concat([pl.read_parquet(warehouse.part_file(part)) for part in plan.committed.tables["runs"]],
                           how="diagonal_relaxed")
     uri, digest = kb_columns(plan.kb)
     row = committed.with_columns(pl.lit(uri, pl.String).alias("kb_uri"), pl.lit(digest, pl.String).alias("kb_digest"))

@@ -4,8 +4,8 @@ other tools. `trec-run` is a run file trec_eval reads, rebuilt from the `retriev
 layout of `trec_eval -q`; `csv` and `parquet` are its `case_metrics` rows
 (sql/export_case_metrics.sql). Rows stream from DuckDB in batches, so a run of any depth is
 written holding one batch; a file is written aside and moved into place when complete (a
-symlink's target likewise; a device, a FIFO or /dev/stdout directly: flows/storage/output_files.py
-`written_aside`).
+symlink's target likewise; a device, a FIFO or /dev/stdout directly), a URI's object put whole
+once written (flows/storage/output_files.py `written_to`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 from ... import sql
 from ...transforms.errors import InputError
 from ...transforms.trec import trec_eval_q_text, trec_run_text, unwritable_topics
-from ..storage.output_files import written_aside
+from ..storage.locations import Location
+from ..storage.output_files import output_file, written_to
 from ..warehouse.committed import read_state
 from ..warehouse.views import naming_damage, open_reader
 from ..warehouse.warehouse import Warehouse
@@ -34,27 +35,29 @@ FETCH_ROWS = 1 << 20
 
 
 @contextmanager
-def _output(out: Path | None, binary: bool) -> Iterator[IO]:
-    """`out` (as flows/storage/output_files.py `written_aside` writes it: nothing half-written is ever seen
-    in a file there), or stdout."""
+def _output(out: Path | Location | None, binary: bool) -> Iterator[IO]:
+    """`out`, a path or a URI (as flows/storage/output_files.py `written_to` writes it: nothing
+    half-written is ever seen there), or stdout."""
     if out is None:
         yield sys.stdout.buffer if binary else sys.stdout
         sys.stdout.flush()
         return
-    with written_aside(out, binary=binary) as handle:
+    with written_to(out, binary=binary) as handle:
         yield handle
 
 
-def export_run(warehouse: Warehouse, run_id: str, fmt: str, out: Path | None = None, k: int | None = None) -> int:
+def export_run(warehouse: Warehouse, run_id: str, fmt: str, out: str | Path | None = None,
+               k: int | None = None) -> int:
     """Write run `run_id` of the warehouse in format `fmt` to `out` (stdout when None);
     returns the number of rows (lines, for the TREC formats) written."""
     if fmt not in FORMATS:
         raise InputError(f"export: format {fmt!r} is not one of {', '.join(FORMATS)}")
     if fmt == "parquet" and out is None:
         raise InputError("export --format parquet writes a file: give --out FILE")
+    out = None if out is None else output_file(out)  # a location refused before any work
     state = read_state(warehouse)
     if run_id not in state.runs:
-        raise InputError(f"export: run {run_id!r} is not in {warehouse.root} (runs: {', '.join(sorted(state.runs))})")
+        raise InputError(f"export: run {run_id!r} is not in {warehouse.name} (runs: {', '.join(sorted(state.runs))})")
     tables = ("runs", "retrieved") if fmt == "trec-run" else ("runs", "case_metrics")
     with open_reader(warehouse, state, [run_id], tables, every_byte=True) as con, naming_damage(warehouse, state):
         run = con.table("runs").pl().row(0, named=True)
@@ -74,7 +77,7 @@ def run_tag(run: dict) -> str:
     return tag if isinstance(tag, str) and tag else run["run_id"]
 
 
-def _trec_run(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, out: Path | None) -> int:
+def _trec_run(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, out: Path | Location | None) -> int:
     unwritable = con.sql(sql.load("export_unwritable_ids"), params={"run_id": run_id}).fetchall()
     if unwritable:
         shown = ", ".join(f"{kind} {value!r}" for kind, value in unwritable)
@@ -88,7 +91,7 @@ def _trec_run(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, out: Path |
     return n
 
 
-def _trec_eval(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, k: int, out: Path | None) -> int:
+def _trec_eval(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, k: int, out: Path | Location | None) -> int:
     case_metrics = con.sql(sql.load("export_case_metrics"), params={"run_id": run_id, "k": k}).pl()
     unwritable = unwritable_topics(case_metrics["case_id"])
     if unwritable:
@@ -101,7 +104,8 @@ def _trec_eval(con: duckdb.DuckDBPyConnection, run_id: str, tag: str, k: int, ou
     return text.count("\n")
 
 
-def _case_metrics(con: duckdb.DuckDBPyConnection, run_id: str, k: int | None, fmt: str, out: Path | None) -> int:
+def _case_metrics(con: duckdb.DuckDBPyConnection, run_id: str, k: int | None, fmt: str,
+                  out: Path | Location | None) -> int:
     reader = con.sql(sql.load("export_case_metrics"), params={"run_id": run_id, "k": k}).to_arrow_reader(FETCH_ROWS)
     n = 0
     with _output(out, binary=True) as handle:

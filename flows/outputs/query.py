@@ -88,7 +88,7 @@ def sandboxed(warehouse: Warehouse, state: State) -> Iterator[duckdb.DuckDBPyCon
     with tempfile.TemporaryDirectory(prefix="retrieval-eval-query-") as spill, duckdb.connect() as con:
         add_views(con, warehouse, state)
         con.execute("set temp_directory = $dir", {"dir": spill})
-        con.execute("set allowed_directories = $dirs", {"dirs": [str(warehouse.root) + "/"]})
+        con.execute("set allowed_directories = $dirs", {"dirs": [str(folder) + "/" for folder in warehouse.read_folders()]})
         con.execute("set enable_external_access = false")
         con.execute("set autoinstall_known_extensions = false")
         con.execute("set autoload_known_extensions = false")

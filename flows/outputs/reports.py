@@ -37,7 +37,8 @@ from ...transforms.report_render import render_html, render_markdown
 from ..inputs.baseline_file import Baseline
 from ..inputs.kb import KnowledgeBase, RunKb, kb_titles, load_kb, run_kb, unknown_gold, unknown_gold_counts
 from ..storage.duckdb_connection import connect
-from ..storage.output_files import written_aside
+from ..storage.locations import Location
+from ..storage.output_files import output_folder, shown_path, written_aside
 from ..warehouse.summary import summary_files
 from ..warehouse.views import add_views, naming_damage, with_later_columns
 from ..warehouse.warehouse import State, Warehouse
@@ -46,12 +47,13 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 DETAILED_RUNS = 2  # the newest run and the one before it
+PAGES = ("report.md", "report.html")  # the report's pages, beside their charts
 
 
 @dataclass(frozen=True)
 class ReportOptions:
     warehouse: Path
-    report_dir: Path
+    report_dir: Path | Location  # a local folder, or a folder on a store (flows/storage/output_files.py)
     # The job's KB, read and judged once (flows/inputs/kb.py): it stands for the newest run's own when
     # it is that file with those bytes, and wins over it when given with --kb.
     kb: KnowledgeBase | None = None
@@ -61,16 +63,25 @@ class ReportOptions:
 
 @dataclass(frozen=True)
 class WrittenReport:
+    """The report and where its pages are, as the user is told: local paths, or their URIs
+    when the report folder is on a store."""
+
     report: Report
-    files: list[Path]
+    files: list[Path | str]
+    folder: Path | str  # absolute, or a URI
 
     @property
-    def markdown(self) -> Path:
+    def markdown(self) -> Path | str:
         return self.files[0]
 
     @property
-    def html(self) -> Path:
+    def html(self) -> Path | str:
         return self.files[1]
+
+    @property
+    def folder_link(self) -> str:
+        """The report folder as a link: its URI on a store, or a local folder's file:// URL."""
+        return self.folder if isinstance(self.folder, str) else self.folder.as_uri()
 
 
 def explorer_assets() -> tuple[str, str]:
@@ -167,23 +178,27 @@ def write_report(options: ReportOptions, state: State) -> WrittenReport:
         report = read_report(con, warehouse, state, options.kb, baseline)
     reference = baseline_reference(baseline.snapshot) if baseline else None
     images = draw_charts(report, reference) if options.charts else {}
-    return write_files(report, options.report_dir, images)
+    with output_folder(options.report_dir, put_last=PAGES) as folder:
+        report = write_files(report, folder, images)
+    target = options.report_dir
+    return WrittenReport(report, [shown_path(target, name) for name in PAGES],
+                         target.absolute() if isinstance(target, Path) else str(target))
 
 
-def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, bytes]]) -> WrittenReport:
-    """The charts, report.md and report.html (charts and the case explorer inline)."""
-    report_dir.mkdir(parents=True, exist_ok=True)
+def write_files(report: Report, report_dir: Path, images: dict[str, tuple[str, bytes]]) -> Report:
+    """The charts, report.md and report.html (charts and the case explorer inline) in the
+    local folder `report_dir`; the report as written (with its charts' file names)."""
     for file_name, svg in images.values():
         (report_dir / file_name).write_bytes(svg)
     report = replace(report, charts={name: file_name for name, (file_name, _) in images.items()})
-    markdown, html = report_dir / "report.md", report_dir / "report.html"
+    markdown, html = (report_dir / name for name in PAGES)
     with written_aside(markdown) as handle:
         handle.write(render_markdown(report))
     script, style = explorer_assets()
     svgs = {file_name: svg for file_name, svg in images.values()}
     with written_aside(html) as handle:  # its explorer data is made while it is written
         handle.writelines(render_html(report, svgs, explorer_script=script, explorer_style=style, map_chunks=ordered_map))
-    return WrittenReport(report, [markdown, html])
+    return report
 
 
 def ordered_map(fn: Callable[[In], Out], items: Iterable[In], *, workers: int = 2) -> Iterator[Out]:

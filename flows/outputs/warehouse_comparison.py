@@ -39,7 +39,7 @@ def compare_in_warehouse(warehouse: Warehouse, run_ids: list[str], *, reference:
     unknown = [r for r in run_ids + ([reference] if reference else []) if r not in state.runs or "runs" not in state.runs[r].tables]
     if unknown:
         known = ", ".join(sorted(r for r, run in state.runs.items() if "runs" in run.tables))
-        raise InputError(f"run {unknown[0]!r} is not in the warehouse {warehouse.root} (known: {known})")
+        raise InputError(f"run {unknown[0]!r} is not in the warehouse {warehouse.name} (known: {known})")
     if reference and reference not in run_ids:
         run_ids.insert(0, reference)
     if len(run_ids) < 2:

@@ -10,13 +10,14 @@ from typing import Any
 import polars as pl
 
 from ... import __version__, sql
-from ...transforms.baseline import build_snapshot, relevance_level, relevance_mismatch
+from ...transforms.baseline import build_snapshot, dumps, relevance_level, relevance_mismatch
 from ...transforms.errors import InputError
 from ...transforms.gate import GateResult, compare
 from ..inputs import config
 from ..inputs.baseline_file import Baseline, write_baseline
 from ..inputs.kb import KnowledgeBase, run_kb, unknown_gold
-from ..inputs.options import OPTIONS
+from ..inputs.options import OPTIONS, input_location
+from ..storage.output_files import output_file, written_to
 from ..warehouse.committed import read_state
 from ..warehouse.views import naming_damage, open_reader
 from ..warehouse.warehouse import State, Warehouse
@@ -26,8 +27,8 @@ GateOutcome = GateResult
 
 @dataclass(frozen=True)
 class GateOptions:
-    baseline: Path = config.BASELINE  # where the job reads it (read_baseline); gate_run takes what was read
-    warehouse: Path = config.WAREHOUSE
+    baseline: Path | str = config.BASELINE  # where the job reads it, a path or a URI (read_baseline); gate_run takes what was read
+    warehouse: Path | str = config.WAREHOUSE  # a folder, or a bucket's URI as given
     tolerance: float = config.TOLERANCE
     locale_tolerance: float = config.LOCALE_TOLERANCE
     floors: dict[str, float] = field(default_factory=dict)
@@ -49,8 +50,8 @@ def gate_options(values: Mapping[str, Any]) -> GateOptions | None:
     if given["baseline"] is None:
         return None
     return GateOptions(
-        baseline=Path(given["baseline"]),
-        warehouse=Path(given["warehouse"]),
+        baseline=input_location(given["baseline"]),
+        warehouse=input_location(given["warehouse"]),  # a Path would spoil a URI: s3:/bucket/key
         tolerance=given["tolerance"],
         locale_tolerance=given["locale_tolerance"],
         floors=floors_from(given["min_hit"], given["min_recall"]),
@@ -73,7 +74,7 @@ def read_run(warehouse: Warehouse, state: State, run_id: str, k: int | None = No
     """A run's figures at k (default: its headline k); exit 2 when the run or the k is not there."""
     if run_id not in state.runs or "runs" not in state.runs[run_id].tables:
         known = ", ".join(sorted(r for r, run in state.runs.items() if "runs" in run.tables))
-        raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.root} (known: {known or 'none'})")
+        raise InputError(f"run {run_id!r} is not in the warehouse {warehouse.name} (known: {known or 'none'})")
     # Every byte of what a verdict rests on is checked against its digest, whatever the stat says.
     with open_reader(warehouse, state, [run_id], ("runs", "aggregates", "case_metrics", "cases"),
                      every_byte=True) as con:
@@ -90,12 +91,19 @@ def read_run(warehouse: Warehouse, state: State, run_id: str, k: int | None = No
     return RunFigures(run, aggregates, case_metrics)
 
 
-def refresh_baseline(warehouse: Warehouse, run_id: str, out: Path) -> dict:
+def refresh_baseline(warehouse: Warehouse, run_id: str, out: str | Path) -> dict:
+    """Write the snapshot of run `run_id` to `out`, a local file (its folder made if missing)
+    or a URI's object."""
+    target = output_file(out)  # a location refused before any work
     state = read_state(warehouse)
     figures = read_run(warehouse, state, run_id)
     gold = figures.case_metrics.select("case_id", "gold")
     snapshot = build_snapshot(figures.run, figures.aggregates, figures.case_metrics.drop("gold"), gold, __version__)
-    write_baseline(snapshot, out)
+    if isinstance(target, Path):
+        write_baseline(snapshot, target)
+    else:
+        with written_to(target) as handle:
+            handle.write(dumps(snapshot))
     return snapshot
 
 

@@ -1,57 +1,89 @@
-"""Run artifacts on disk (SPEC 3): run folders, their manifests and cases files, and small
-JSON files read with a message that names them."""
+"""Run artifacts (SPEC 3): run folders, their manifests and cases files, on a local disk or in a
+bucket (SPEC 14), and small JSON files read with a message that names them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...transforms.deep_json import TooDeep
 from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest, parse_manifest
 from ...transforms.records import UnkeepableText, strict_json_loads
+from ..storage import NotFound, ObjectInfo, open_store, parse_location
+from .case_file import Prefetch
 from .schemas import validate
+from .stored_file import StoredFile, is_uri
+
+if TYPE_CHECKING:
+    from .ingest import Ingest
 
 CASE_FILE_NAMES = ("cases.jsonl", "cases.jsonl.gz")
+MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
 class RunFolder:
-    """A run folder whose manifest was read and checked, and its one cases file."""
+    """A run folder whose manifest was read and checked, and its one cases file: a source of
+    run artifacts (flows/sources/source.py `RunSource`)."""
 
     manifest: Manifest
-    run_dir: Path  # absolute
-    cases_file: Path  # absolute
+    run_dir: str  # an absolute path or a URI
+    manifest_file: StoredFile
+    cases: StoredFile
 
     @property
     def run_id(self) -> str:
         return self.manifest.run_id
 
     @property
-    def files(self) -> tuple[Path, ...]:
-        """The files the run's evaluation reads (flows/job/plan.py stamps them)."""
-        return (self.run_dir / "manifest.json", self.cases_file)
+    def cases_uri(self) -> str:
+        return self.cases.location
+
+    def fingerprint(self) -> list:
+        """The manifest's and the cases file's (StoredFile.fingerprint), without reading them."""
+        return [self.manifest_file.fingerprint(), self.cases.fingerprint()]
+
+    def cases_size(self) -> int:
+        return self.cases.size()
+
+    def local_cases_file(self, folder: Path) -> Path:
+        return self.cases.local_copy(folder)
+
+    def byte_ranges(self, n: int) -> list[tuple[int, int]]:
+        return self.cases.line_ranges(n)
+
+    def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
+               committed_digest: str | None, prefetch: Prefetch | None = None) -> Ingest:
+        from .ingest import Ingest  # deferred: it imports Polars, and the CLI imports this module before the engines
+        read = prefetch.take(self.cases.path) if prefetch is not None and self.cases.is_local else None
+        return Ingest(self.cases, scratch, allow_rejects=allow_rejects, relevance_level=relevance_level,
+                      batch_items=batch_items, read=read, committed_digest=committed_digest)
 
 
-def read_json_file(path: Path, missing_hint: str, max_depth: int | None = None) -> object:
-    """Parse a small JSON file (transforms/records.py `strict_json_loads`, nested at most
-    `max_depth` containers when given); a missing or malformed file is an InputError naming
-    it, and the field when the refusal has one."""
+def read_json_file(path: Path | StoredFile, missing_hint: str, max_depth: int | None = None) -> object:
+    """Parse a small JSON file, local or in a bucket (transforms/records.py `strict_json_loads`,
+    nested at most `max_depth` containers when given); a missing or malformed file is an
+    InputError naming it, and the field when the refusal has one."""
+    shown = path.location if isinstance(path, StoredFile) else path
     try:
-        return strict_json_loads(path.read_text(encoding="utf-8"), max_depth)
+        data = path.read_bytes()
+        return strict_json_loads(data.decode("utf-8"), max_depth)
     except (TooDeep, UnkeepableText) as error:
-        raise InputError(f"{path}: {error}") from None
-    except FileNotFoundError:
-        raise InputError(f"{path}: missing ({missing_hint})") from None
+        raise InputError(f"{shown}: {error}") from None
+    except (FileNotFoundError, NotFound):
+        raise InputError(f"{shown}: missing ({missing_hint})") from None
     except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a file") from None
+        raise InputError(f"{shown}: is a folder, not a file") from None
     except (ValueError, UnicodeDecodeError) as error:  # JSONDecodeError is a ValueError
-        raise InputError(f"{path}: not valid JSON ({error})") from None
+        raise InputError(f"{shown}: not valid JSON ({error})") from None
 
 
-def cases_file_in(run_dir: Path) -> Path:
-    """The run's one cases file; both or neither is bad input (SPEC 6)."""
-    found = [run_dir / name for name in CASE_FILE_NAMES if (run_dir / name).is_file()]
+def the_one_cases_file(run_dir: str, present: list[str]) -> str:
+    """The name of the run's one cases file among the names `present` in it; both or neither
+    is bad input (SPEC 6)."""
+    found = [name for name in CASE_FILE_NAMES if name in present]
     if not found:
         raise InputError(f"{run_dir}: no cases.jsonl or cases.jsonl.gz")
     if len(found) > 1:
@@ -59,19 +91,29 @@ def cases_file_in(run_dir: Path) -> Path:
     return found[0]
 
 
-def load_run_folder(run_dir: Path) -> RunFolder:
-    """Read and check `run_dir/manifest.json` and find its cases file."""
-    run_dir = run_dir.absolute()
-    path = run_dir / "manifest.json"
-    data = read_json_file(path, "every run folder needs a manifest.json")
+def cases_file_in(run_dir: Path) -> Path:
+    """The local run folder's one cases file."""
+    return run_dir / the_one_cases_file(str(run_dir), [n for n in CASE_FILE_NAMES if (run_dir / n).is_file()])
+
+
+def checked_manifest(run_dir: str, manifest_file: StoredFile) -> Manifest:
+    """The run folder's manifest, read and checked (its `run_id` must be the folder's name)."""
+    data = read_json_file(manifest_file, "every run folder needs a manifest.json")
     try:
-        manifest = parse_manifest(data, str(path), run_dir.name)
+        return parse_manifest(data, manifest_file.location, run_dir.rstrip("/").rsplit("/", 1)[-1])
     except InputError as refused:
-        raise InputError(with_every_problem(str(refused), data, path)) from None
-    return RunFolder(manifest, run_dir, cases_file_in(run_dir))
+        raise InputError(with_every_problem(str(refused), data, manifest_file.location)) from None
 
 
-def with_every_problem(message: str, manifest: object, path: Path) -> str:
+def load_run_folder(run_dir: Path) -> RunFolder:
+    """Read and check the local `run_dir/manifest.json` and find its cases file."""
+    run_dir = run_dir.absolute()
+    manifest_file = StoredFile(str(run_dir / MANIFEST))
+    manifest = checked_manifest(str(run_dir), manifest_file)
+    return RunFolder(manifest, str(run_dir), manifest_file, StoredFile(str(cases_file_in(run_dir))))
+
+
+def with_every_problem(message: str, manifest: object, path: Path | str) -> str:
     """The loader's message on a manifest it refused (transforms/manifest.py stops at the
     first problem), followed by every problem the manifest schema finds when there are
     several, each as `file: field: problem`. The loader alone decides what is accepted."""
@@ -83,12 +125,12 @@ def with_every_problem(message: str, manifest: object, path: Path) -> str:
 
 
 def find_run_dirs(runs: Path) -> list[Path]:
-    """RUNS is one run folder (it has a manifest.json) or a root of run folders."""
+    """Local RUNS is one run folder (it has a manifest.json) or a root of run folders."""
     if not runs.exists():
         raise InputError(f"{runs}: no such runs folder")
     if not runs.is_dir():
         raise InputError(f"{runs}: not a folder (give a runs root or one run folder)")
-    if (runs / "manifest.json").exists():
+    if (runs / MANIFEST).exists():
         return [runs]
     run_dirs = sorted(p for p in runs.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not run_dirs:
@@ -96,16 +138,58 @@ def find_run_dirs(runs: Path) -> list[Path]:
     return run_dirs
 
 
-def load_run_folders(runs: Path) -> list[RunFolder]:
-    """Every run folder of RUNS, each manifest checked before anything is written (SPEC 6);
-    two folders with one run_id cannot happen (the id is the folder name)."""
-    return [load_run_folder(run_dir) for run_dir in find_run_dirs(runs)]
+def stored_run_folders(runs: str) -> dict[str, dict[str, ObjectInfo]]:
+    """RUNS in a bucket, from one listing of it: each run folder's URI → its files by name
+    (with the size and etag the listing gave). A run folder is a key prefix one level below
+    the root (or the root itself when it holds manifest.json); as on disk, a name starting
+    with "." is not a run folder, and every other one must be a run folder."""
+    store, prefix = open_store(runs)
+    root = str(parse_location(runs))
+    listed = [(info.key[len(prefix):].lstrip("/") if prefix else info.key, info) for info in store.list(prefix)]
+    if not listed:
+        raise InputError(f"{root}: no such runs folder (no object under it)")
+    own = {name: info for name, info in listed if "/" not in name}
+    if MANIFEST in own:
+        return {root: own}
+    folders: dict[str, dict[str, ObjectInfo]] = {}
+    for name, info in listed:
+        folder, _, rest = name.partition("/")
+        if rest and not folder.startswith("."):
+            files = folders.setdefault(f"{root}/{folder}", {})
+            if "/" not in rest:
+                files[rest] = info
+    if not folders:
+        raise InputError(f"{root}: holds no run folders")
+    return dict(sorted(folders.items()))
 
 
-def first_cases_file(runs: Path) -> Path | None:
-    """The cases file that the runs of RUNS are read from first, or None when RUNS is not
-    as it should be (reading the manifests then says why)."""
+def load_stored_run_folders(runs: str) -> list[RunFolder]:
+    found = []
+    for run_dir, files in stored_run_folders(runs).items():
+        manifest = StoredFile(f"{run_dir}/{MANIFEST}", files.get(MANIFEST))
+        if manifest.info is None:
+            raise InputError(f"{manifest.location}: missing (every run folder needs a manifest.json)")
+        checked = checked_manifest(run_dir, manifest)
+        cases = the_one_cases_file(run_dir, list(files))
+        found.append(RunFolder(checked, run_dir, manifest, StoredFile(f"{run_dir}/{cases}", files[cases])))
+    return found
+
+
+def load_run_folders(runs: Path | str) -> list[RunFolder]:
+    """Every run folder of RUNS (a local path or a URI), each manifest checked before anything
+    is written (SPEC 6); two folders with one run_id cannot happen (the id is the folder name)."""
+    if is_uri(runs):
+        return load_stored_run_folders(str(runs))
+    local = Path(StoredFile.at(runs).location) if "://" in str(runs) else Path(runs)
+    return [load_run_folder(run_dir) for run_dir in find_run_dirs(local)]
+
+
+def first_cases_file(runs: Path | str) -> Path | None:
+    """The local cases file that the runs of RUNS are read from first, or None when RUNS is
+    in a bucket or not as it should be (reading the manifests then says why)."""
+    if "://" in str(runs):
+        return None
     try:
-        return cases_file_in(find_run_dirs(runs)[0]).absolute()
+        return cases_file_in(find_run_dirs(Path(runs))[0]).absolute()
     except InputError:
         return None

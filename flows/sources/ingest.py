@@ -24,6 +24,7 @@ from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
 from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, open_text_lines
 from .reject_stream import RejectFiles, RejectStream
+from .stored_file import StoredFile
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (25k cases × 20 items; a batch's frames stay within a few hundred MB).
@@ -119,15 +120,19 @@ def split_records(path: Path, display_name: str, clean_out: IO[bytes], rejects: 
 class Ingest:
     """One run's ingest. Iterate `batches()` to the end, then read `account`.
 
+    `cases` is a local cases file, or a stored one (flows/sources/stored_file.py) that is
+    copied into `scratch` when the read starts and named by its location in every message;
     `read` is the read of the cases file when one was started ahead (the CLI's prefetch);
     `committed_digest` is the digest of the bytes the warehouse holds for the run, if any:
     when the file turns out to hold those very bytes (a touched file), the read stops early
     and the account says `same_bytes`."""
 
-    def __init__(self, cases_file: Path, scratch: Path, *, allow_rejects: bool, relevance_level: int = 1,
+    def __init__(self, cases: Path | StoredFile, scratch: Path, *, allow_rejects: bool, relevance_level: int = 1,
                  batch_items: int = BATCH_ITEMS, read: CaseFileRead | None = None,
                  committed_digest: str | None = None) -> None:
-        self.cases_file = cases_file
+        self.cases = cases
+        self.shown = cases.location if isinstance(cases, StoredFile) else str(cases)
+        self.cases_file: Path | None = None if isinstance(cases, StoredFile) else cases
         self.scratch = scratch
         self.allow_rejects = allow_rejects
         self.relevance_level = relevance_level
@@ -137,6 +142,8 @@ class Ingest:
         self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
+        if self.cases_file is None:
+            self.cases_file = self.cases.local_copy(self.scratch)
         try:
             yield from self._batches()
         except (EOFError, zlib.error, OSError) as error:
@@ -145,7 +152,7 @@ class Ingest:
             # none names the file. An OSError of the system (a full disk) is not the file's.
             if isinstance(error, OSError) and (self.cases_file.suffix != ".gz" or error.errno is not None):
                 raise
-            raise InputError(f"{self.cases_file}: not a readable gzip file ({error})") from None
+            raise InputError(f"{self.shown}: not a readable gzip file ({error})") from None
 
     def _batches(self) -> Iterator[StagedBatch]:
         read = self._read or CaseFileRead(self.cases_file)
@@ -168,7 +175,7 @@ class Ingest:
                 repeated = n_records and pl.concat(case_hashes).n_unique() < n_records
                 if facts.fast_read_holds(n_records) and not repeated:
                     if n_records == 0:
-                        raise InputError(f"{self.cases_file}: holds no records")
+                        raise InputError(f"{self.shown}: holds no records")
                     self.account = IngestAccount(facts, FAST, n_records, same_bytes=facts.digest == self.committed_digest)
                     return
             except NotClean:
@@ -183,10 +190,10 @@ class Ingest:
         clean = self.scratch / "clean.jsonl"
         stream = RejectStream(self.scratch)
         with open(clean, "wb") as clean_out:
-            lines = split_records(self.cases_file, str(self.cases_file), clean_out, stream)
+            lines = split_records(self.cases_file, self.shown, clean_out, stream)
         rejects = stream.finish()
         if lines.valid + rejects.count == 0:
-            raise InputError(f"{self.cases_file}: holds no records")
+            raise InputError(f"{self.shown}: holds no records")
         if rejects.count and not self.allow_rejects:
             self.account = IngestAccount(facts, LINE_BY_LINE, 0, rejects, refused=True)
             clean.unlink()
@@ -199,7 +206,7 @@ class Ingest:
                 n_records += staged.height
                 yield StagedBatch(LINE_BY_LINE, index, staged)
         if n_records != lines.valid:
-            raise RuntimeError(f"{self.cases_file}: records that passed the rules failed the fast path's checks")
+            raise RuntimeError(f"{self.shown}: records that passed the rules failed the fast path's checks")
         clean.unlink()
         self.account = IngestAccount(facts, LINE_BY_LINE, n_records, rejects)
 

@@ -48,9 +48,10 @@ from ...transforms.trec import (
 )
 from ..storage.duckdb_connection import connect
 from ..storage.hashing import HashingStream, file_digest
-from .case_file import FileFacts
+from .case_file import FileFacts, Prefetch
 from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, StagedBatch
 from .reject_stream import RejectStream
+from .stored_file import StoredFile
 
 # Blocks of this many bytes of whole lines are parsed at a time (about 170k run lines):
 # 4 to 16 MiB cost the same CPU, and the peak memory grows with the block.
@@ -66,43 +67,69 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TrecSource:
-    """A TREC run file and its qrels, planned as a run folder is (flows/job/plan.py): a manifest
-    made of the files, the run file in place of a cases file, both files stamped."""
+    """A TREC run file and its qrels, local or in a bucket: a source of run artifacts
+    (flows/sources/source.py `RunSource`) with a manifest made of the files, the run file in
+    place of a cases file, both files fingerprinted."""
 
     manifest: Manifest
-    cases_file: Path  # the run file, absolute
-    qrels: Path  # absolute
+    run_file: StoredFile
+    qrels: StoredFile
 
     @property
     def run_id(self) -> str:
         return self.manifest.run_id
 
     @property
-    def files(self) -> tuple[Path, ...]:
-        return (self.cases_file, self.qrels)
+    def cases_uri(self) -> str:
+        return self.run_file.location
+
+    def fingerprint(self) -> list:
+        return [self.run_file.fingerprint(), self.qrels.fingerprint()]
+
+    def cases_size(self) -> int:
+        return self.run_file.size()
+
+    def local_cases_file(self, folder: Path) -> Path:
+        return self.run_file.local_copy(folder)
+
+    def byte_ranges(self, n: int) -> list[tuple[int, int]]:
+        return self.run_file.line_ranges(n)
+
+    def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
+               committed_digest: str | None, prefetch: Prefetch | None = None) -> TrecIngest:
+        return TrecIngest(self, scratch, allow_rejects=allow_rejects, relevance_level=relevance_level,
+                          batch_items=batch_items, committed_digest=committed_digest)
 
 
-def run_id_of(run_file: Path) -> str:
-    """A run file's default run id: its name without `.gz` and then without its extension."""
-    return Path(run_file.name.removesuffix(".gz")).stem
+def run_id_of(run_file: str | Path) -> str:
+    """A run file's default run id (a path's or a URI's): its name without `.gz` and then
+    without its extension."""
+    return Path(str(run_file).rstrip("/").rsplit("/", 1)[-1].removesuffix(".gz")).stem
 
 
-def trec_source(run_file: Path, qrels: Path, run_id: str | None = None, *, top_k: int) -> TrecSource:
-    """The source of `run --trec-run run_file --qrels qrels`: run id `run_id` or the file's
-    (`run_id_of`), created_at the run file's mtime, retrieval_top_k `top_k`. Bad input (a
-    missing file, an unsafe run id) is refused here, before anything is written."""
-    for path, option in ((run_file, "--trec-run"), (qrels, "--qrels")):
-        if not path.is_file():
-            raise InputError(f"{path}: no such file ({option})")
-    name = run_id if run_id is not None else run_id_of(run_file)
+def trec_source(run_file: Path | str, qrels: Path | str, run_id: str | None = None, *, top_k: int) -> TrecSource:
+    """The source of `run --trec-run run_file --qrels qrels` (each a local path or a URI): run
+    id `run_id` or the file's (`run_id_of`), created_at the run file's modification time,
+    retrieval_top_k `top_k`. Bad input (a missing file, an unsafe run id) is refused here,
+    before anything is written."""
+    files = []
+    for given, option in ((run_file, "--trec-run"), (qrels, "--qrels")):
+        stored = StoredFile.at(given)
+        if not stored.exists():
+            raise InputError(f"{given if stored.is_local else stored.location}: no such file ({option})")
+        files.append(stored if stored.is_local else StoredFile(stored.location, stored.head()))  # one HEAD each
+    run, judged = files
+    name = run_id if run_id is not None else run_id_of(run.location)
     if not is_safe_run_id(name):
         given = "--run-id" if run_id is not None else f"the name of {run_file}"
         raise InputError(f"{given}: run id {name!r} is not a safe name ([A-Za-z0-9._-]+); give one with --run-id")
-    created = datetime.fromtimestamp(run_file.stat().st_mtime, UTC)
-    run_file, qrels = run_file.absolute(), qrels.absolute()
+    if run.is_local:
+        created = datetime.fromtimestamp(run.path.stat().st_mtime, UTC)
+    else:
+        created = run.head().modified.astimezone(UTC)
     manifest = Manifest(name, created.isoformat().replace("+00:00", "Z"), created, top_k, None, None,
-                        {"source": "trec", "trec_run": str(run_file), "qrels": str(qrels)})
-    return TrecSource(manifest, run_file, qrels)
+                        {"source": "trec", "trec_run": run.location, "qrels": judged.location})
+    return TrecSource(manifest, run, judged)
 
 
 def trec_digest(run_digest: str, qrels_digest: str) -> str:
@@ -191,7 +218,7 @@ def read_qrels(path: Path, display_name: str | None = None, rejects: RejectSink 
         rejects.extend(malformed)
     judged = judged_topics(judgments(parts))
     if judged.height == 0 and not len(rejects):
-        raise InputError(f"{path}: holds no judgments (qid iter docno rel)")
+        raise InputError(f"{name}: holds no judgments (qid iter docno rel)")
     return Qrels(judged, rejects, read.digest)
 
 
@@ -298,15 +325,17 @@ class TrecIngest:
         self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
-        qrels = read_qrels(self.source.qrels, rejects=RejectStream(self.scratch, "qrels-rejects"))
+        run_file, shown = self.source.run_file.local_copy(self.scratch), self.source.run_file.location
+        qrels_file = self.source.qrels.local_copy(self.scratch)
+        qrels = read_qrels(qrels_file, self.source.qrels.location, rejects=RejectStream(self.scratch, "qrels-rejects"))
         if self.committed_digest is not None:  # only then is a first pass over the run worth its cost
-            digest = trec_digest(file_digest(self.source.cases_file), qrels.digest)
+            digest = trec_digest(file_digest(run_file), qrels.digest)
             if digest == self.committed_digest:
                 self.account = IngestAccount(FileFacts(digest, 0, 0, True), IN_FILE_ORDER, 0, same_bytes=True)
                 return
         run_rejects = RejectStream(self.scratch, "run-rejects")
         for attempt in (IN_FILE_ORDER, BY_TOPIC):
-            read = TrecRunRead(self.source.cases_file, spill_dir=self.scratch, block_bytes=self.block_bytes,
+            read = TrecRunRead(run_file, shown, spill_dir=self.scratch, block_bytes=self.block_bytes,
                                rejects=run_rejects)
             try:
                 n_records = yield from self._staged(attempt, read, qrels)
@@ -338,7 +367,7 @@ class TrecIngest:
                 n_records += sum(frame.height for frame in pending)
                 index, pending, n_items = index + 1, [], 0
         if not ran and not len(read.rejects):
-            raise InputError(f"{self.source.cases_file}: holds no run lines (qid Q0 docno rank score tag)")
+            raise InputError(f"{self.source.run_file.location}: holds no run lines (qid Q0 docno rank score tag)")
         if self._refusing(qrels, read):
             return 0
         if pending:
@@ -360,4 +389,4 @@ class TrecIngest:
         try:
             return StagedBatch(attempt, index, stage(cases, self.relevance_level))
         except NotClean as error:  # every rule stage checks was applied to the lines already
-            raise RuntimeError(f"{self.source.cases_file}: TREC cases failed staging's checks ({error})") from None
+            raise RuntimeError(f"{self.source.run_file.location}: TREC cases failed staging's checks ({error})") from None

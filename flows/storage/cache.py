@@ -49,6 +49,17 @@ def cached(store: Store, key: str, checksum: str, *, folder: Path | None = None,
     return path
 
 
+def keep(path: Path, checksum: str, *, folder: Path | None = None, max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+    """Move a local file whose BLAKE3 is `checksum` (one just put to a store) into the cache,
+    so that a read of that object on this machine needs no request."""
+    folder = folder or cache_folder()
+    target = folder / checksum[:2] / checksum
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(path, target)
+    _evict(folder, max_bytes, keep=target)
+    return target
+
+
 def _evict(folder: Path, max_bytes: int, keep: Path) -> None:
     """Remove the least recently used cached files until the total fits `max_bytes`."""
     entries = []

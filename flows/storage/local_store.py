@@ -70,6 +70,9 @@ class LocalStore:
     def put_if_absent(self, key: str, data: bytes) -> bool:
         return self._place(self.path_of(key), data, overwrite=False)
 
+    def exists(self, key: str) -> bool:
+        return self.path_of(key).is_file()
+
     def head(self, key: str) -> ObjectInfo:
         path = self.path_of(key)
         with _failures(path):

@@ -134,6 +134,13 @@ class ObjectStore:
             obstore.put(self._client, key, data, attributes={CHECKSUM_METADATA: checksum}, mode=mode,
                         use_multipart=None if mode == "overwrite" else False)
 
+    def exists(self, key: str) -> bool:
+        try:
+            self.head(key)
+        except NotFound:
+            return False
+        return True
+
     def head(self, key: str) -> ObjectInfo:
         with _failures(self._where(key)):
             result = obstore.get(self._client, key, options={"head": True})

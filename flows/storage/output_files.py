@@ -1,5 +1,7 @@
-"""The files a command writes for its user (every `--out` and the report's files): written
-beside themselves and moved into place, and a failed write named by the path the user gave."""
+"""The files a command writes for its user (every `--out` and the report's files), to a local
+path or a URI (SPEC 14). A local file is written beside itself and moved into place, and a
+failed write is named by the path the user gave; a URI's files are written to a private
+temporary folder, then each is put to its store whole, so no reader sees one half-written."""
 
 from __future__ import annotations
 
@@ -8,10 +10,15 @@ import io
 import os
 import re
 import stat
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from . import open_store
+from .errors import NotFound, StoreError
+from .locations import Location, LocationError, join_key, parse_location
 
 
 class _OutputFile(io.RawIOBase):
@@ -129,3 +136,79 @@ def _opened(path: Path, shown: Path, binary: bool) -> IO:
     if binary:
         return buffered
     return io.TextIOWrapper(buffered, encoding="utf-8", newline="\n")
+
+
+def output_target(given: str | Path | Location) -> Path | Location:
+    """Where an output goes, as the user gave it: a local path, kept as written (its links and
+    devices follow `written_aside`'s rules), or the location of a URI. A `file://` URI is a
+    local path."""
+    if isinstance(given, Location):
+        return given
+    if isinstance(given, Path) or "://" not in given:
+        return Path(given)
+    location = parse_location(given)
+    return Path(str(location)) if location.is_local else location
+
+
+def output_file(given: str | Path | Location) -> Path | Location:
+    """Where an output file goes (every `--out`): `output_target`, where a URI that names a
+    folder (a bucket, or a key ending in "/") is refused, as a local folder is."""
+    target = output_target(given)
+    if isinstance(target, Location) and (not target.path or str(given).endswith("/")):
+        raise LocationError(f"{target}: names a folder of the store, not an object; give a file's URI "
+                            f"({join_key(str(target), 'name.ext')})")
+    return target
+
+
+def shown_path(target: Path | Location, name: str) -> Path | str:
+    """The file `name` inside the output folder `target`, as the user is told it: a local path,
+    or its URI."""
+    return target / name if isinstance(target, Path) else str(target.join(name))
+
+
+@contextmanager
+def written_to(given: str | Path | Location, *, binary: bool = False) -> Iterator[IO]:
+    """A handle on the output file `given` (`output_file`): a local path as `written_aside`
+    writes it; a URI written to a private temporary file, then put to its store whole (in place
+    of what was there) once the block ends well."""
+    target = output_file(given)
+    if isinstance(target, Path):
+        with written_aside(target, binary=binary) as handle:
+            yield handle
+        return
+    with tempfile.TemporaryDirectory(prefix="retrieval-eval-out-") as folder:
+        local = Path(folder, target.path.rsplit("/", 1)[-1])
+        with _opened(local, local, binary) as handle:
+            yield handle
+        put_files(target, {"": local})
+
+
+@contextmanager
+def output_folder(target: Path | Location, *, put_last: tuple[str, ...] = ()) -> Iterator[Path]:
+    """The local folder in which a folder of outputs (the report) is written: `target` itself,
+    made if missing, when it is local. For a URI, a private temporary folder whose files are
+    put under it once the block ends well, each in place of the one of the previous run; the
+    files named in `put_last` go last, in that order (the pages after the charts they show)."""
+    if isinstance(target, Path):
+        target.mkdir(parents=True, exist_ok=True)
+        yield target
+        return
+    with tempfile.TemporaryDirectory(prefix="retrieval-eval-report-") as folder:
+        yield Path(folder)
+        names = sorted(path.name for path in Path(folder).iterdir() if path.is_file())
+        order = [name for name in names if name not in put_last] + [name for name in put_last if name in names]
+        put_files(target, {name: Path(folder, name) for name in order})
+
+
+def put_files(target: Location, files: dict[str, Path]) -> None:
+    """Put each local file of `files` (by its name below `target`, "" for `target` itself) to
+    `target`'s store, replacing the object there. A failure (a missing bucket, an endpoint
+    down, access denied) is the store's error, naming the object's URI."""
+    store, prefix = open_store(target)
+    for name, path in files.items():
+        where = str(target.join(name))
+        try:
+            store.put(join_key(prefix, name), path, overwrite=True)
+        except StoreError as error:
+            reason = "no such bucket" if isinstance(error, NotFound) else str(error).removeprefix(f"{where}: ")
+            raise type(error)(f"{where}: not written: {reason}") from None

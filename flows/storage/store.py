@@ -59,6 +59,9 @@ class Store(Protocol):
         """Create `key` with `data` only if absent: True if this call created it, False if the
         key was taken (see the module's docstring for a lost response)."""
 
+    def exists(self, key: str) -> bool:
+        """Whether the object is there (one request; nothing is read or digested)."""
+
     def head(self, key: str) -> ObjectInfo:
         """Size, modification time, etag and checksum of one object (NotFound if absent)."""
 

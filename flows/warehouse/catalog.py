@@ -26,8 +26,9 @@ import duckdb
 import polars as pl
 
 from ...transforms.errors import InputError
+from ..storage.errors import StoreError
 from .views import DamagedPart, checked_parts, derived_select_list
-from .warehouse import TABLES, State, Warehouse, union_by_name
+from .warehouse import CATALOG_NAME, TABLES, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
 META_TABLE = "_retrieval_eval"  # warehouse_id, log_version, root
@@ -111,38 +112,51 @@ def _owned(path: Path, warehouse_id: str | None) -> bool:
         return False
 
 
+def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:
+    """Write a catalog for `state` at `path` (a new file): its record, its partitions, and a
+    view per table naming the parts by absolute path, or by URI in a bucket."""
+    con = duckdb.connect()
+    try:
+        if warehouse.remote:  # binding a view reads its first file's footer, through the store
+            from ..storage.duckdb_filesystem import register_store  # deferred: s3fs is the s3 extra's
+
+            register_store(con, warehouse.store)
+        con.execute("attach $path as catalog (storage_version $version)", {"path": str(path), "version": STORAGE_VERSION})
+        con.execute("create table catalog._retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
+        con.execute(
+            "insert into catalog._retrieval_eval values ($id, $version, $root)",
+            {"id": state.warehouse_id, "version": state.version, "root": warehouse.name},
+        )
+        rows = [(table, run_id, part.path) for run_id, run in sorted(state.runs.items()) for table, part in run.files()]
+        partitions = pl.DataFrame(rows, schema=["table_name", "run_id", "path"], orient="row")
+        con.register("partitions", partitions)
+        con.execute("create table catalog._partitions as select * from partitions")
+        for table in TABLES:
+            parts = state.files(table)
+            if parts:
+                try:
+                    con.execute(_view_ddl(table, [warehouse.uri(p.path) for p in parts], union_by_name(parts)))
+                except duckdb.Error:
+                    # A part DuckDB could not read is named with its run (DamagedPart), as
+                    # every reader names it; raised as it is when none differs from its commit.
+                    checked_parts(warehouse, state, table)
+                    raise
+        con.execute("detach catalog")
+    finally:
+        con.close()
+
+
 def write_catalog(warehouse: Warehouse, state: State) -> None:
     """Make catalog.duckdb for `state`: written aside, then moved over the old one when that
     is this warehouse's (else moved aside). CatalogHeld, with nothing changed, when another
-    process holds the file there open read-write."""
+    process holds the file there open read-write. In a bucket, see `put_catalog`."""
+    if warehouse.remote:
+        put_catalog(warehouse, state)
+        return
     target = warehouse.catalog_path
     aside = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        con = duckdb.connect()
-        try:
-            con.execute("attach $path as catalog (storage_version $version)", {"path": str(aside), "version": STORAGE_VERSION})
-            con.execute("create table catalog._retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
-            con.execute(
-                "insert into catalog._retrieval_eval values ($id, $version, $root)",
-                {"id": state.warehouse_id, "version": state.version, "root": str(warehouse.root)},
-            )
-            rows = [(table, run_id, part.path) for run_id, run in sorted(state.runs.items()) for table, part in run.files()]
-            partitions = pl.DataFrame(rows, schema=["table_name", "run_id", "path"], orient="row")
-            con.register("partitions", partitions)
-            con.execute("create table catalog._partitions as select * from partitions")
-            for table in TABLES:
-                parts = state.files(table)
-                if parts:
-                    try:
-                        con.execute(_view_ddl(table, [str(warehouse.root / p.path) for p in parts], union_by_name(parts)))
-                    except duckdb.Error:
-                        # A part DuckDB could not read is named with its run (DamagedPart), as
-                        # every reader names it; raised as it is when none differs from its commit.
-                        checked_parts(warehouse, state, table)
-                        raise
-            con.execute("detach catalog")
-        finally:
-            con.close()
+        _make_catalog(warehouse, state, aside)
         # Asked just before the move, even of a catalog the caller read as ours: a session may
         # have opened it, and made tables of its own, while this one was written.
         if target.exists() and not _owned(target, state.warehouse_id):
@@ -155,6 +169,30 @@ def write_catalog(warehouse: Warehouse, state: State) -> None:
     finally:
         aside.unlink(missing_ok=True)
         aside.with_name(aside.name + ".wal").unlink(missing_ok=True)
+    # Writers do not wait for each other: one whose commit landed meanwhile may have moved
+    # its catalog into place before this older one; the newest version is made again.
+    newer = warehouse.state()
+    if newer.version != state.version:
+        write_catalog(warehouse, newer)
+
+
+def put_catalog(warehouse: Warehouse, state: State) -> None:
+    """The catalog of a warehouse in a bucket: made here, then put beside the log. Writers
+    race to put it without a lock, and the newest version wins: after its put, a writer
+    reads the log again, and a commit that landed meanwhile gets its catalog put again by
+    this writer (the writer of any later commit puts its own after that commit)."""
+    while True:
+        made = warehouse.catalog_path.with_name(f".{CATALOG_NAME}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            _make_catalog(warehouse, state, made)
+            warehouse.store.put(warehouse.key(CATALOG_NAME), made, overwrite=True)
+            os.replace(made, warehouse.catalog_path)  # the local copy says what was put last
+        finally:
+            made.unlink(missing_ok=True)
+        newer = warehouse.state()
+        if newer.version == state.version:
+            return
+        state = newer
 
 
 def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = False, say_held: bool = True) -> bool:
@@ -166,7 +204,7 @@ def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = Fals
     the catalog is current."""
     try:
         made_for = _made_for(warehouse.catalog_path)
-        if made_for == (state.warehouse_id, state.version, str(warehouse.root)):
+        if made_for == (state.warehouse_id, state.version, warehouse.name):
             return True
         if not state.runs:
             return False
@@ -180,8 +218,8 @@ def refresh_catalog(warehouse: Warehouse, state: State, *, announce: bool = Fals
     except DamagedPart as damage:
         print(f"retrieval-eval: warning: {warehouse.catalog_path} not made: {damage}", file=sys.stderr)
         return False
-    except (OSError, duckdb.Error) as error:
-        print(f"retrieval-eval: warning: could not write {warehouse.catalog_path} ({error}); "
+    except (OSError, StoreError, duckdb.Error) as error:
+        print(f"retrieval-eval: warning: could not write {warehouse.shown(CATALOG_NAME)} ({error}); "
               "the warehouse is committed, `retrieval-eval warehouse rebuild` makes it again",
               file=sys.stderr)
         return False
@@ -199,4 +237,4 @@ def _why_stale(warehouse: Warehouse, made_for: tuple | None) -> str | None:
     if made_for is None:
         return "unreadable or not this warehouse's"
     root = made_for[2]
-    return f"made for {root}" if root != str(warehouse.root) else None
+    return f"made for {root}" if root != warehouse.name else None

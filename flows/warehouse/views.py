@@ -17,6 +17,7 @@ import duckdb
 
 from ...transforms.errors import InputError
 from ..storage.duckdb_connection import connect
+from ..storage.errors import CorruptObject, NotFound
 from ..storage.hashing import file_digest
 from .warehouse import TABLES, PartFile, State, Warehouse, union_by_name
 
@@ -63,14 +64,23 @@ class DamagedPart(InputError):
 
 
 def damage_message(warehouse: Warehouse, table: str, run_id: str, part: PartFile, what: str) -> str:
-    return f"{warehouse.root / part.path}: part of table {table} of run {run_id} is {what}; {HEAL}"
+    return f"{warehouse.shown(part.path)}: part of table {table} of run {run_id} is {what}; {HEAL}"
 
 
 def part_damage(warehouse: Warehouse, part: PartFile, *, every_byte: bool = False) -> str | None:
     """What is wrong with a part, as cheaply as it can be told: its size, and when its mtime
     is not the committed one (a part is never rewritten; a copy without -p also moves it),
     its digest. `every_byte` digests it whatever the stat says (what the gate reads, and
-    `warehouse check`)."""
+    `warehouse check`). A part in a bucket is fetched into the cache of parts, where its
+    digest is checked once (it never changes): a second command reads it from there."""
+    if warehouse.remote:
+        try:
+            warehouse.part_file(part)
+        except NotFound:
+            return "missing"
+        except CorruptObject:
+            return "damaged (its bytes differ from those committed)"
+        return None
     path = warehouse.root / part.path
     try:
         stat = path.stat()
@@ -106,7 +116,7 @@ def add_views(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State
         for table in tables:
             parts = checked_parts(warehouse, state, table, chosen, every_byte=every_byte)
             if parts:
-                files = [str(warehouse.root / part.path) for part in parts]
+                files = [str(warehouse.part_file(part)) for part in parts]
                 mixed = union_by_name(parts)
                 relation = with_later_columns(con.read_parquet(files, union_by_name=mixed), table, mixed=mixed)
                 with_derived_columns(relation, table).create_view(table)

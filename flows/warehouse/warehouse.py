@@ -17,14 +17,15 @@ docs/warehouse.md says why it is shaped so, and when to move to DuckLake or Delt
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -33,24 +34,23 @@ from pathlib import Path
 from ... import __version__
 from ...transforms.errors import InputError
 from ...transforms.manifest import is_safe_run_id
+from ..storage.cache import cache_folder, cached, keep
+from ..storage.errors import NotFound, StoreError, StoreUnavailable
 from ..storage.hashing import file_digest
 from ..storage.interrupts import interrupts_deferred
-from ..storage.local_store import fsync_path
+from ..storage.local_store import LocalStore, fsync_path
+from ..storage.locations import LocationError, join_key, parse_location
+from ..storage import open_store
 
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
 LOG = "_log"
 PENDING = "pending"
 CATALOG_NAME = "catalog.duckdb"
-LOCK_NAME = ".lock"
+CHECKPOINT_HINT = f"{LOG}/_last_checkpoint.json"  # {"version": N}: where a reader starts
 SCRATCH = ".scratch"
 LOG_FORMAT = 1
 CHECKPOINT_EVERY = 25
-DEFAULT_LOCK_TIMEOUT_S = 600.0
 DEFAULT_RETENTION = timedelta(days=7)
-
-
-class WarehouseBusy(InputError):
-    """Another process holds the warehouse lock past the timeout."""
 
 
 # The log is what says which files make each run: nothing in the warehouse can stand in for a
@@ -150,21 +150,6 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def write_new_file(path: Path, text: str) -> None:
-    """Write `path` whole or not at all, refusing to replace it: written aside, flushed, then
-    linked into place (a second writer of the same name fails instead of overwriting)."""
-    aside = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(aside, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    try:
-        os.link(aside, path)
-    finally:
-        aside.unlink()
-    fsync_path(path.parent)
-
-
 def shown_path(path: Path) -> str:
     """A path as text that prints on one line whatever its bytes: a byte that is not UTF-8 as
     \\xNN (how Python holds it: a surrogate escape)."""
@@ -194,8 +179,59 @@ def utf8_root(root: Path) -> Path:
 
 
 class Warehouse:
-    def __init__(self, root: Path):
-        self.root = utf8_root(root)
+    """A warehouse at a local folder or a bucket prefix (SPEC 14), read and written through its
+    store: the log's entries are created only if absent, parts are put under fresh keys, and
+    one code path serves both. `root` is a local folder either way: the warehouse itself on
+    local disk; for one in a bucket, a working folder on this machine (keyed by the URI) where
+    a writer stages its parts before it puts them, and where the catalog is made."""
+
+    def __init__(self, root: Path | str):
+        text = os.fspath(root)
+        self.remote = "://" in text and not text.startswith("file://")
+        if self.remote:
+            try:
+                self.location = parse_location(text)
+            except LocationError as error:
+                raise InputError(f"--warehouse: {error}") from None
+            self.store, self.prefix = open_store(self.location)
+            self.root = work_folder(str(self.location))
+        else:
+            local = Path(text[len("file://"):]) if text.startswith("file://") else Path(text)
+            self.root = utf8_root(local)
+            self.location = parse_location(str(self.root))
+            self.store, self.prefix = LocalStore(self.root), ""
+        self._known: State | None = None  # the newest state read: the log after it is read, not before
+
+    @property
+    def name(self) -> str:
+        """How messages name the warehouse: its folder, or its URI (never a credential)."""
+        return str(self.location) if self.remote else str(self.root)
+
+    def key(self, relative: str) -> str:
+        """The store's key of a path relative to the warehouse (a part's `path`, a log entry)."""
+        return join_key(self.prefix, relative) if self.prefix else relative
+
+    def shown(self, relative: str) -> str:
+        """A file of the warehouse as messages name it: its path, or its URI."""
+        return f"{self.name}/{relative}" if self.remote else str(self.root / relative)
+
+    def uri(self, relative: str) -> str:
+        """What DuckDB reads a file of the warehouse by: its absolute path, or its URI."""
+        return f"{self.location.scheme}://{self.location.bucket}/{self.key(relative)}" if self.remote \
+            else str(self.root / relative)
+
+    def part_file(self, part: PartFile) -> Path:
+        """A local file holding a committed part: the part itself on local disk; for a bucket, a
+        copy in the cache of parts (storage/cache.py), fetched once and checked by its digest,
+        so that a second command on this machine reads no byte of the store."""
+        if not self.remote:
+            return self.root / part.path
+        return cached(self.store, self.key(part.path), part.blake3)
+
+    def read_folders(self) -> list[Path]:
+        """The local folders whose files a reader of this warehouse opens (its parts' copies
+        for a bucket are in the cache of parts)."""
+        return [self.root, cache_folder()] if self.remote else [self.root]
 
     @property
     def log_dir(self) -> Path:
@@ -203,60 +239,55 @@ class Warehouse:
 
     @property
     def catalog_path(self) -> Path:
+        """The catalog on local disk (for a bucket, the local copy put beside the log)."""
         return self.root / CATALOG_NAME
 
     def exists(self) -> bool:
-        return self.log_dir.is_dir()
+        if not self.remote:
+            return self.log_dir.is_dir()
+        return self.store.exists(self.key(_entry_name(1))) or self.store.exists(self.key(CHECKPOINT_HINT))
 
     # ------------------------------------------------------------------ reading the log
 
-    def _entries(self) -> tuple[list[int], list[int]]:
-        """The delta versions and checkpoint versions in the log, ascending."""
-        deltas, checkpoints = [], []
+    def _read_entry(self, name: str) -> dict | None:
+        """A log entry (None when absent): DamagedLog when it cannot be read."""
         try:
-            names = os.listdir(self.log_dir)
-        except FileNotFoundError:
-            return [], []
-        for name in names:
-            stem, _, suffix = name.partition(".")
-            if not stem.isdigit():
-                continue
-            if suffix == "json":
-                deltas.append(int(stem))
-            elif suffix == "checkpoint.json":
-                checkpoints.append(int(stem))
-        return sorted(deltas), sorted(checkpoints)
-
-    def _read_entry(self, name: str) -> dict:
-        path = self.log_dir / name
+            data = self.store.get(self.key(name))
+        except NotFound:
+            return None
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as error:
-            raise DamagedLog(f"{path}: a transaction log entry cannot be read ({error}); {LOG_HEAL}") from None
+            entry = json.loads(data.decode("utf-8"))
+        except ValueError as error:
+            raise DamagedLog(f"{self.shown(name)}: a transaction log entry cannot be read ({error}); {LOG_HEAL}") from None
         if not isinstance(entry, dict) or entry.get("format") != LOG_FORMAT:
-            raise DamagedLog(f"{path}: not a transaction log entry of this version of retrieval-eval; {LOG_HEAL}")
+            raise DamagedLog(f"{self.shown(name)}: not a transaction log entry of this version of retrieval-eval; "
+                             f"{LOG_HEAL}")
         return entry
 
-    def state(self) -> State:
-        """The current state: the newest checkpoint, then every entry after it."""
-        deltas, checkpoints = self._entries()
-        if not deltas:
+    def _from_checkpoint(self) -> State:
+        """The state of the newest checkpoint the hint names (version 0 without one). The hint
+        only saves reading entries: one behind, or gone, costs reads, never correctness."""
+        try:
+            hint = json.loads(self.store.get(self.key(CHECKPOINT_HINT)))
+            version = int(hint["version"])
+        except NotFound:
             return State(None, 0, {}, [])
-        start = 0
-        runs: dict[str, RunState] = {}
-        superseded: list[dict] = []
-        warehouse_id = None
-        if checkpoints:
-            start = checkpoints[-1]
-            snapshot = self._read_entry(f"{start:020d}.checkpoint.json")
-            warehouse_id = snapshot["warehouse_id"]
-            runs = {run_id: _run_state(data) for run_id, data in snapshot["runs"].items()}
-            superseded = list(snapshot["superseded"])
-        expected = start + 1
-        for version in (v for v in deltas if v > start):
-            if version != expected:
-                raise DamagedLog(f"{self.log_dir}: log entry {expected:020d}.json is missing; {LOG_HEAL}")
-            entry = self._read_entry(f"{version:020d}.json")
+        except (ValueError, KeyError, TypeError):
+            return State(None, 0, {}, [])
+        snapshot = self._read_entry(_checkpoint_name(version))
+        if snapshot is None:
+            return State(None, 0, {}, [])
+        runs = {run_id: _run_state(data) for run_id, data in snapshot["runs"].items()}
+        return State(snapshot["warehouse_id"], version, runs, list(snapshot["superseded"]))
+
+    def state(self) -> State:
+        """The current state: the newest checkpoint (or the state this object read before),
+        then every entry after it, found by reading the next version until it is absent (no
+        listing: a bucket's listing is not what says which commits exist)."""
+        state = self._known or self._from_checkpoint()
+        version = state.version + 1
+        runs, superseded, warehouse_id = dict(state.runs), list(state.superseded), state.warehouse_id
+        while (entry := self._read_entry(_entry_name(version))) is not None:
             warehouse_id = warehouse_id or entry["warehouse_id"]
             for run_id, change in entry["runs"].items():
                 before = runs.get(run_id)
@@ -264,137 +295,150 @@ class Warehouse:
                 tables.update({t: [PartFile(**p) for p in parts] for t, parts in change["tables"].items()})
                 runs[run_id] = RunState(tables, change["evaluation_key"], change["source"], version)
             superseded += [{"path": path, "at": entry["committed_at"]} for path in entry["superseded"]]
-            expected += 1
-        return State(warehouse_id, expected - 1, runs, superseded)
+            version += 1
+        if self.store.exists(self.key(_entry_name(version + 1))):
+            raise DamagedLog(f"{self.shown(LOG)}: log entry {version:020d}.json is missing; {LOG_HEAL}")
+        self._known = State(warehouse_id, version - 1, runs, superseded)
+        return self._known
 
     # ------------------------------------------------------------------ writing
 
     @contextmanager
-    def transaction(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
-                    retention: timedelta = DEFAULT_RETENTION) -> Iterator[Transaction]:
-        """The writer's transaction: holds the lock (a second writer waits, then refuses),
-        removes what dead writers left, and on its way out removes its own uncommitted files
-        and, past `retention`, files that commits superseded."""
-        with self.locked(timeout_s):
-            self.remove_dead_transactions()
-            txn = Transaction(self, self.state())
-            txn.start()
-            try:
-                yield txn
-            finally:
-                with interrupts_deferred():
-                    final = txn.end()
-                    self.vacuum(retention, locked=True, state=final)
-
-    @contextmanager
-    def locked(self, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
+    def transaction(self, retention: timedelta = DEFAULT_RETENTION) -> Iterator[Transaction]:
+        """A writer's transaction. Writers do not wait for each other: each commits one log
+        entry created only if absent, and one that loses the race commits on top of the winner
+        (`Transaction.commit`). On its way in it removes what dead writers of this machine
+        left; on its way out its own uncommitted files and, after a commit, past `retention`,
+        the files that commits superseded."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            handle = open(self.root / LOCK_NAME, "a+")
         except OSError as error:
             raise InputError(f"{self.root}: cannot write the warehouse ({error.strerror})") from None
-        with handle:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise WarehouseBusy(
-                            f"{self.root}: another retrieval-eval process is writing this "
-                            f"warehouse (waited {timeout_s:.0f} s); try again when it is done"
-                        ) from None
-                    time.sleep(0.2)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def try_locked(self) -> bool:
-        """Whether no writer holds the lock now (then a short maintenance may take it)."""
+        self.remove_dead_transactions()
+        txn = Transaction(self, self.state())
+        txn.start()
         try:
-            with open(self.root / LOCK_NAME, "a+") as handle:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                fcntl.flock(handle, fcntl.LOCK_UN)
-                return True
-        except (BlockingIOError, OSError):
-            return False
+            yield txn
+        finally:
+            with interrupts_deferred():
+                final = txn.end()
+                if txn.committed is not None:
+                    self.vacuum(retention, state=final)
 
-    def pending_markers(self) -> list[Path]:
-        """The marker of each transaction that began and has not ended (its writer running, or dead)."""
-        return sorted((self.log_dir / PENDING).glob("*.json"))
+    def pending_markers(self) -> list[dict]:
+        """The marker of each transaction that began and has not ended (its writer running, or
+        dead), as written: txn, started_at, machine, pid, runs. A listing: cleanup only."""
+        markers = []
+        for info in self.store.list(self.key(f"{LOG}/{PENDING}")):
+            name = info.key.rsplit("/", 1)[-1]
+            try:
+                marker = json.loads(self.store.get(info.key)) if name.endswith(".json") else {}
+            except NotFound:
+                continue
+            except ValueError:  # half written by a writer that died: it says nothing but its name
+                marker = {}
+            marker = marker if isinstance(marker, dict) else {}
+            txn = marker.get("txn") if isinstance(marker.get("txn"), str) else name.split(".", 1)[0]
+            markers.append({**marker, "txn": txn, "key": info.key, "modified": info.modified})
+        return markers
 
     def remove_dead_transactions(self) -> None:
-        """Files of transactions that began and never ended (their writer died): removed,
-        unless committed. Called under the lock, so no such writer is alive."""
-        pending = self.log_dir / PENDING
-        if not pending.is_dir():
-            return
+        """Files of transactions that began and never ended, removed unless committed, when
+        their writer was a process of this machine that is gone. A writer elsewhere that was
+        killed leaves its files to `vacuum` with `orphans`, past the retention."""
         referenced = None
         for marker in self.pending_markers():
+            if not _dead_here(marker):
+                continue
             referenced = self.state().referenced() if referenced is None else referenced
-            self._remove_uncommitted(marker.stem, referenced, _planned_runs(marker))
-            marker.unlink(missing_ok=True)
-        for aside in pending.glob("*.json.tmp"):  # a marker being rewritten when its writer died
-            aside.unlink(missing_ok=True)
-        shutil.rmtree(self.root / SCRATCH, ignore_errors=True)
+            runs = marker.get("runs")
+            runs = runs if isinstance(runs, list) and all(map(is_safe_run_id, runs)) else None
+            self._remove_uncommitted(marker["txn"], referenced, runs)
+            self.store.delete(marker["key"])
+
+    def part_paths(self) -> Iterator[tuple[str, datetime]]:
+        """Every Parquet file under the tables' folders (relative to the warehouse) and when it
+        was written: a listing, for upkeep and `warehouse check`, never for what is committed."""
+        for table in TABLES:
+            for info in self.store.list(self.key(table)):
+                relative = info.key[len(self.prefix) + 1:] if self.prefix else info.key
+                segments = relative.split("/")
+                if len(segments) == 3 and segments[1].startswith("run_id=") and segments[2].endswith(".parquet"):
+                    yield relative, info.modified
 
     def _remove_uncommitted(self, txn_id: str, referenced: set[str], run_ids: list[str] | None = None) -> None:
-        """Remove the transaction's files that are not `referenced`, and every run folder left
-        empty, in one pass (os.scandir) over the folders of `run_ids`, the runs it planned to
-        write, or of every run when it did not say (a scan of 300 runs' folders: ~40 ms)."""
+        """Remove the transaction's parts that are not `referenced`, looking in the folders of
+        `run_ids`, the runs it planned to write, or of every run when it did not say; and
+        what it staged or kept as scratch on this machine."""
         marker = part_prefix(txn_id)
         for table in TABLES:
-            if run_ids is None:
-                folders = _run_folders(self.root / table)
-            else:
-                folders = [folder for run_id in run_ids if (folder := self.root / table / f"run_id={run_id}").is_dir()]
+            folders = [f"{table}/run_id={run_id}" for run_id in run_ids] if run_ids is not None else [table]
             for folder in folders:
-                with os.scandir(folder) as entries:
-                    names = [entry.name for entry in entries]
-                kept = len(names)
-                for part in (folder / name for name in names if name.startswith(marker)):
-                    if str(part.relative_to(self.root)) not in referenced:
-                        part.unlink(missing_ok=True)
-                        kept -= 1
-                if not kept:
-                    _remove_if_empty(folder)
+                for info in self.store.list(self.key(folder)):
+                    relative = info.key[len(self.prefix) + 1:] if self.prefix else info.key
+                    if relative.rsplit("/", 1)[-1].startswith(marker) and relative not in referenced:
+                        self.store.delete(info.key)
+                if not self.remote:
+                    for emptied in _run_folders(self.root / folder) if run_ids is None else [self.root / folder]:
+                        _remove_if_empty(emptied)
+        if self.remote:  # what it staged here before putting it
+            for staged in self.root.glob(f"*/run_id=*/{marker}*"):
+                staged.unlink(missing_ok=True)
         shutil.rmtree(self.root / SCRATCH / txn_id, ignore_errors=True)
 
-    def vacuum(self, retention: timedelta = DEFAULT_RETENTION, *, locked: bool = False,
-               state: State | None = None) -> list[str]:
-        """Delete files that a committed transaction superseded more than `retention` ago
-        (a reader that started before a commit finishes); returns what was deleted. `state`:
-        the committed state, when the caller holds the lock and has it."""
-        if not locked:
-            with self.locked():
-                self.remove_dead_transactions()
-                return self.vacuum(retention, locked=True)
+    def vacuum(self, retention: timedelta = DEFAULT_RETENTION, *, state: State | None = None,
+               orphans: bool = False) -> list[str]:
+        """Delete files that a committed transaction superseded more than `retention` ago (a
+        reader that started before a commit finishes); with `orphans` (`warehouse vacuum`),
+        also files no commit names, written more than `retention` ago (a killed writer's).
+        Returns what was deleted."""
         state = state if state is not None else self.state()
         referenced = state.referenced()
         limit = datetime.now(UTC) - retention
-        deleted = []
+        deleted = self._remove_orphans(state, limit) if orphans else []
         for item in state.superseded:
             if item["path"] in referenced or datetime.fromisoformat(item["at"]) > limit:
                 continue
-            path = self.root / item["path"]
-            if path.exists():
-                path.unlink()
+            if self.store.exists(self.key(item["path"])):
+                self.store.delete(self.key(item["path"]))
                 deleted.append(item["path"])
-                _remove_if_empty(path.parent)
+                if not self.remote:
+                    _remove_if_empty((self.root / item["path"]).parent)
         return deleted
 
 
+    def _remove_orphans(self, state: State, limit: datetime) -> list[str]:
+        """Files no commit ever named (a killed writer's), written before `limit`, and the
+        markers of transactions begun before it: a writer still running is younger than the
+        retention."""
+        known = state.referenced() | {item["path"] for item in state.superseded}
+        deleted = []
+        for relative, modified in list(self.part_paths()):
+            if relative not in known and modified < limit:
+                self.store.delete(self.key(relative))
+                deleted.append(relative)
+                if not self.remote:
+                    _remove_if_empty((self.root / relative).parent)
+        for marker in self.pending_markers():
+            if marker["modified"] < limit:
+                self.store.delete(marker["key"])
+                shutil.rmtree(self.root / SCRATCH / marker["txn"], ignore_errors=True)
+        return deleted
+
+
+class CommitConflict(InputError):
+    """Another writer changed a run this transaction rewrote only in part, after it read it."""
+
+
 class Transaction:
-    """One writer's changes, visible only once `commit` writes its log entry."""
+    """One writer's changes, visible only once `commit` creates its log entry."""
 
     def __init__(self, warehouse: Warehouse, state: State):
         self.warehouse = warehouse
         self.state = state
         self.id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.committed: State | None = None
-        self._published = False  # its log entry may be in place (set before it is linked there)
+        self._published = False  # its log entry may be in place (set before it is created)
         self._started_at = _now()
         self._run_ids: list[str] | None = None  # the runs it may write (None: it did not say)
 
@@ -403,34 +447,38 @@ class Transaction:
         return self.warehouse.root
 
     def start(self) -> None:
-        (self.warehouse.log_dir / PENDING).mkdir(parents=True, exist_ok=True)
         self._write_marker()
 
     def plan(self, run_ids: Iterable[str]) -> None:
         """Name the runs this transaction may write parts of, before it writes any: its end,
-        or the next writer's cleanup should it die, then looks in their folders only, so that
-        its cost follows the runs it wrote, not the warehouse's history (SPEC 9). Runs named
-        by an earlier call stay named."""
+        or the cleanup of it should it die, then looks in their folders only, so that its cost
+        follows the runs it wrote, not the warehouse's history (SPEC 9). Runs named by an
+        earlier call stay named."""
         self._run_ids = sorted({*(self._run_ids or ()), *run_ids})
         self._write_marker()
 
     def _write_marker(self) -> None:
-        marker = {"txn": self.id, "started_at": self._started_at, "pid": os.getpid()}
+        marker = {"txn": self.id, "started_at": self._started_at, "pid": os.getpid(), "machine": machine_id()}
         if self._run_ids is not None:
             marker["runs"] = self._run_ids
-        path = self.warehouse.log_dir / PENDING / f"{self.id}.json"
-        aside = path.with_name(path.name + ".tmp")  # never a half-written marker in its place
-        aside.write_text(json.dumps(marker))
-        os.replace(aside, path)
+        self.warehouse.store.put(self._marker_key, json.dumps(marker).encode(), overwrite=True)
+
+    @property
+    def _marker_key(self) -> str:
+        return self.warehouse.key(f"{LOG}/{PENDING}/{self.id}.json")
 
     def end(self) -> State:
         """Remove what this transaction wrote and did not commit, and its marker; returns the
-        state it leaves. A commit that failed once its log entry may have been linked into
-        place (flushing the folder, reading the log back) is judged by the log as it is: its
-        parts may be committed, and are never removed on the word of the state before it."""
-        final = self.committed or (self.warehouse.state() if self._published else self.state)
+        state it leaves. A commit that failed once its log entry may have been created (the
+        store did not answer) is judged by the log as it is: its parts may be committed, and
+        are never removed on the word of the state before it; when the log cannot be read
+        either, they are left for the vacuum."""
+        try:
+            final = self.committed or (self.warehouse.state() if self._published else self.state)
+        except StoreError:
+            return self.state
         self.warehouse._remove_uncommitted(self.id, final.referenced(), self._run_ids)
-        (self.warehouse.log_dir / PENDING / f"{self.id}.json").unlink(missing_ok=True)
+        self.warehouse.store.delete(self._marker_key)
         return final
 
     def scratch(self, run_id: str) -> Path:
@@ -442,27 +490,72 @@ class Transaction:
             return self._commit(runs)
 
     def _commit(self, runs: dict[str, RunCommit]) -> State:
-        state = self.state
-        for change in runs.values():
-            for parts in change.tables.values():
-                for part in parts:
-                    fsync_path(self.root / part.path)
+        self._put_parts(runs)
+        base = self.state
+        while True:
+            entry = self._entry(base, runs)
+            name = _entry_name(entry["version"])
+            self._published = True
+            if self._create(name, json.dumps(entry, sort_keys=True).encode()):
+                break
+            newer = self.warehouse.state()  # another writer took this version: commit on top of it
+            self._check_conflicts(newer, runs)
+            base = newer
+        self.committed = self.warehouse.state()
+        if entry["version"] % CHECKPOINT_EVERY == 0:
+            write_checkpoint(self.warehouse, self.committed)
+        return self.committed
+
+    def _create(self, name: str, data: bytes) -> bool:
+        """Create the log entry `name`; whether this transaction's entry is the one there. A
+        response lost on the way back (the store did not answer, or the key was taken by this
+        very request retried) is told by reading the entry back: its `txn` is this one's."""
+        key = self.warehouse.key(name)
+        for _ in range(3):
+            try:
+                if self.warehouse.store.put_if_absent(key, data):
+                    return True
+            except StoreUnavailable:
+                pass
+            try:
+                there = json.loads(self.warehouse.store.get(key))
+            except NotFound:
+                continue  # the request never arrived: create it again
+            except ValueError:
+                return False
+            return isinstance(there, dict) and there.get("txn") == self.id
+        raise StoreUnavailable(f"{self.warehouse.shown(name)}: the store did not take the commit; nothing changed "
+                               "that a reader sees unless that entry is there, and `retrieval-eval run` again is safe")
+
+    def _check_conflicts(self, newer: State, runs: dict[str, RunCommit]) -> None:
+        """A run another writer changed after this one read it can be committed on top only
+        whole: a change of some of its tables (a `runs` row written again with another KB)
+        would mix the two versions."""
+        for run_id, change in runs.items():
+            theirs = newer.runs.get(run_id)
+            if theirs is None or theirs.version <= self.state.version:
+                continue
+            if set(theirs.tables) - set(change.tables):
+                raise CommitConflict(f"{self.warehouse.name}: another writer committed run {run_id} while this one "
+                                     "ran; run again (unchanged runs are not read again)")
+
+    def _entry(self, base: State, runs: dict[str, RunCommit]) -> dict:
+        new = {part.path for change in runs.values() for parts in change.tables.values() for part in parts}
         superseded = sorted(
             {
                 part.path
                 for run_id, change in runs.items()
-                if run_id in state.runs
-                for table, part in state.runs[run_id].files()
+                if run_id in base.runs
+                for table, part in base.runs[run_id].files()
                 if table in change.tables
             }
-            - {part.path for change in runs.values() for parts in change.tables.values() for part in parts}
+            - new
         )
-        version = state.version + 1
-        entry = {
+        return {
             "format": LOG_FORMAT,
-            "version": version,
+            "version": base.version + 1,
             "txn": self.id,
-            "warehouse_id": state.warehouse_id or uuid.uuid4().hex,
+            "warehouse_id": base.warehouse_id or uuid.uuid4().hex,
             "committed_at": _now(),
             "tool_version": __version__,
             "runs": {
@@ -475,18 +568,28 @@ class Transaction:
             },
             "superseded": superseded,
         }
-        self.warehouse.log_dir.mkdir(parents=True, exist_ok=True)
-        self._published = True
-        write_new_file(self.warehouse.log_dir / f"{version:020d}.json", json.dumps(entry, sort_keys=True))
-        self.committed = self.warehouse.state()
-        if version % CHECKPOINT_EVERY == 0:
-            write_checkpoint(self.warehouse, self.committed)
-        return self.committed
+
+    def _put_parts(self, runs: dict[str, RunCommit]) -> None:
+        """Every part the commit names, durable in the store before the entry that names it:
+        flushed on local disk; for a bucket, put under its fresh key from where it was staged
+        (a part a Dask worker already put is there with the same bytes: not an error) and kept
+        in the cache of parts, so that the report reads it from here."""
+        parts = [part for change in runs.values() for table_parts in change.tables.values() for part in table_parts]
+        if not self.warehouse.remote:
+            for part in parts:
+                fsync_path(self.root / part.path)
+            return
+        staged = [part for part in parts if (self.root / part.path).exists()]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda part: self.warehouse.store.put(self.warehouse.key(part.path), self.root / part.path),
+                          staged))
+        for part in staged:
+            keep(self.root / part.path, part.blake3)
 
 
 def write_checkpoint(warehouse: Warehouse, state: State) -> None:
     """The whole state at its version, so that readers do not fold every entry; superseded
-    files already deleted are left out."""
+    files already deleted are left out. The hint beside it names the newest checkpoint."""
     snapshot = {
         "format": LOG_FORMAT,
         "version": state.version,
@@ -500,11 +603,52 @@ def write_checkpoint(warehouse: Warehouse, state: State) -> None:
             }
             for run_id, run in sorted(state.runs.items())
         },
-        "superseded": [item for item in state.superseded if (warehouse.root / item["path"]).exists()],
+        "superseded": [item for item in state.superseded if warehouse.store.exists(warehouse.key(item["path"]))],
     }
-    path = warehouse.log_dir / f"{state.version:020d}.checkpoint.json"
-    if not path.exists():
-        write_new_file(path, json.dumps(snapshot, sort_keys=True))
+    warehouse.store.put_if_absent(warehouse.key(_checkpoint_name(state.version)),
+                                  json.dumps(snapshot, sort_keys=True).encode())
+    warehouse.store.put(warehouse.key(CHECKPOINT_HINT), json.dumps({"version": state.version}).encode(), overwrite=True)
+
+
+def _entry_name(version: int) -> str:
+    return f"{LOG}/{version:020d}.json"
+
+
+def _checkpoint_name(version: int) -> str:
+    return f"{LOG}/{version:020d}.checkpoint.json"
+
+
+def machine_id() -> str:
+    """This machine and process namespace: a writer's process id means something only here
+    (a container has its own pids, and may share a host name)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = ""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return f"{socket.gethostname()}/{boot}/{namespace}"
+
+
+def _dead_here(marker: dict) -> bool:
+    """Whether a pending transaction's writer was a process of this machine that is gone."""
+    if marker.get("machine") != machine_id() or not isinstance(marker.get("pid"), int):
+        return False
+    try:
+        os.kill(marker["pid"], 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def work_folder(uri: str) -> Path:
+    """This machine's working folder for the warehouse at `uri`: staged parts, scratch, the
+    catalog before it is put."""
+    return cache_folder().parent / "warehouses" / hashlib.sha256(uri.encode()).hexdigest()[:16]
 
 
 def _run_state(data: dict) -> RunState:
@@ -533,15 +677,6 @@ def scratch_dir(root: Path, txn_id: str, run_id: str) -> Path:
     folder = root / SCRATCH / txn_id / run_id
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def _planned_runs(marker: Path) -> list[str] | None:
-    """The runs a pending transaction's marker names (None: unreadable, or it named none)."""
-    try:
-        runs = json.loads(marker.read_text()).get("runs")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return runs if isinstance(runs, list) and all(map(is_safe_run_id, runs)) else None
 
 
 def _run_folders(table_folder: Path) -> list[Path]:

@@ -1,0 +1,109 @@
+"""The seam between the job and the formats it reads (issue 33, "a source of run artifacts"):
+a `RunSource` is one run's artifacts wherever they are stored; a source format turns what a
+user named (a runs root, a TREC run file and its qrels, another tool's export) into the
+`RunSource`s to evaluate. The job plans and ingests every run through this protocol alone.
+
+Formats are found by name: the built-in ones here, then those another package registers under
+the entry point group `retrieval_eval.sources` (the entry point loads a `SourceFormat`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from ...transforms.errors import InputError
+from ...transforms.manifest import Manifest
+from .artifacts import load_run_folders
+from .case_file import Prefetch
+from .trec_files import trec_source
+
+ENTRY_POINT_GROUP = "retrieval_eval.sources"
+
+
+class RunIngest(Protocol):
+    """One read of a run's artifacts: iterate `batches()` (flows/sources/ingest.py
+    `StagedBatch`: cases in the case schema) to the end, then read `account`
+    (`IngestAccount`)."""
+
+    account: object
+
+    def batches(self) -> Iterator: ...
+
+
+@runtime_checkable
+class RunSource(Protocol):
+    """One run's artifacts, local or in a bucket."""
+
+    manifest: Manifest  # run_id, created_at, retrieval_top_k, config: all the plan needs of a run
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def cases_uri(self) -> str:
+        """The file the cases are read from, as the log and the `runs` row record it (an
+        absolute path or a URI, never with credentials)."""
+
+    def fingerprint(self) -> list:
+        """What tells the stored artifacts apart without reading them (local: size, mtime,
+        inode and ctime of each file; an object: size, etag and stored checksum). Equal to the
+        committed one: the run's evaluation stands and nothing is read."""
+
+    def cases_size(self) -> int:
+        """The size in bytes of the cases file as stored (for progress)."""
+
+    def local_cases_file(self, folder: Path) -> Path:
+        """A local file with the cases file's bytes: the file itself when local, else the object
+        streamed into a fresh folder below `folder`."""
+
+    def byte_ranges(self, n: int) -> list[tuple[int, int]]:
+        """The cases file cut into at most `n` ranges (start, end) of whole lines, in order,
+        covering every byte (one range for a file that cannot be cut, such as a .gz)."""
+
+    def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
+               committed_digest: str | None, prefetch: Prefetch | None = None) -> RunIngest:
+        """The read that yields the run's cases in batches; remote bytes are fetched into
+        `scratch` only once its batches are iterated."""
+
+
+class SourceFormat(Protocol):
+    """A format's reader: the runs of `location` (with `qrels` where the format keeps its gold
+    apart, `run_id` naming a run that has no name of its own, `top_k` its headline k)."""
+
+    def __call__(self, location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
+                 top_k: int) -> list[RunSource]: ...
+
+
+def native_runs(location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
+                top_k: int) -> list[RunSource]:
+    """Run folders (SPEC 3): a runs root or one run folder; each run names itself and its k."""
+    if qrels is not None or run_id is not None:
+        raise InputError("run folders carry their own gold and run ids: --qrels and --run-id are for other formats")
+    return load_run_folders(location)
+
+
+def trec_runs(location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
+              top_k: int) -> list[RunSource]:
+    """One TREC run file and its qrels (SPEC 12)."""
+    if qrels is None:
+        raise InputError(f"{location}: a TREC run needs --qrels FILE (the judgments to evaluate it against)")
+    return [trec_source(location, qrels, run_id, top_k=top_k)]
+
+
+BUILT_IN: dict[str, SourceFormat] = {"native": native_runs, "trec": trec_runs}
+
+
+def source_format(name: str) -> SourceFormat:
+    """The reader of format `name`: a built-in one, else the one registered under the entry
+    point group `retrieval_eval.sources` by that name; an unknown name is bad input naming the
+    formats there are."""
+    if name in BUILT_IN:
+        return BUILT_IN[name]
+    registered = {entry.name: entry for entry in entry_points(group=ENTRY_POINT_GROUP)}
+    if name in registered:
+        return registered[name].load()
+    known = ", ".join([*BUILT_IN, *sorted(registered)])
+    raise InputError(f"no source format {name!r}: the formats are {known} (a package adds one under the entry "
+                     f"point group {ENTRY_POINT_GROUP})")
