@@ -20,6 +20,12 @@ Shape of each case (the input format of `retrieval-eval run`):
 repeat, so dictionaries do not help), gold cards rarely retrieved (few hits), and large fields
 the metrics ignore (chunk text of 300-500 characters, a metadata object on every chunk and
 an answer of about 1,500 characters): about twice the bytes per case.
+
+`--shape lean` makes lines that carry little beyond the metric fields and short passage text:
+each chunk is only `id`, `parent_id`, `score` and `text` (no `chunk_index`, no `source`), and a
+case has no `answer` and no `cited_ids`. Cards, gold and ranks are drawn as for the standard
+shape. A plain `json.loads` has the least to parse per metric field here, which is where a
+script over pytrec_eval is fastest.
 """
 
 from __future__ import annotations
@@ -42,12 +48,16 @@ TEXT_LEN = (60, 100)  # chunk text length range (characters)
 ANSWER_LEN = (170, 230)
 POOL_SIZE = 4096
 # The artifact shapes: how many distinct cards, how often a gold card is retrieved (within the
-# top 4, anywhere), the lengths of chunk text and answers, and a metadata object per chunk.
+# top 4, anywhere), the lengths of chunk text and answers, a metadata object per chunk, and
+# whether a line carries the fields the metrics ignore (`chunk_index`, `source`, `answer`,
+# `cited_ids`).
 SHAPES = {
     "standard": {"cards": N_CARDS, "gold_top": 0.55, "gold_any": 0.80, "text": TEXT_LEN, "answer": ANSWER_LEN,
-                 "metadata": False},
+                 "metadata": False, "extras": True},
     "sparse": {"cards": N_CARDS * 100, "gold_top": 0.06, "gold_any": 0.15, "text": (300, 500),
-               "answer": (1300, 1700), "metadata": True},
+               "answer": (1300, 1700), "metadata": True, "extras": True},
+    "lean": {"cards": N_CARDS, "gold_top": 0.55, "gold_any": 0.80, "text": TEXT_LEN, "answer": ANSWER_LEN,
+             "metadata": False, "extras": False},
 }
 
 WORDS = {
@@ -162,17 +172,23 @@ def make_block(task: tuple[int, int, int, int, str]) -> bytes:
             metadata = (f', "metadata": {{"section": "s{randrange(90)}", "tokens": {randrange(40, 400)}, '
                         f'"tags": ["t{randrange(50)}", "t{randrange(50)}"], "offsets": [{randrange(9000)}, {randrange(9000)}]}}'
                         if spec["metadata"] else "")
-            items.append(
-                f'{{"id": "card-{card}::{idx:02d}", "parent_id": "card-{card}", "chunk_index": {idx}, '
-                f'"score": 0.{score:06d}, "source": "kb", "text": {texts[randrange(POOL_SIZE)]}{metadata}}}'
-            )
+            text = texts[randrange(POOL_SIZE)]
+            if spec["extras"]:
+                items.append(
+                    f'{{"id": "card-{card}::{idx:02d}", "parent_id": "card-{card}", "chunk_index": {idx}, '
+                    f'"score": 0.{score:06d}, "source": "kb", "text": {text}{metadata}}}'
+                )
+            else:
+                items.append(f'{{"id": "card-{card}::{idx:02d}", "parent_id": "card-{card}", '
+                             f'"score": 0.{score:06d}, "text": {text}}}')
         gold_json = ", ".join(f'"card-{c}"' for c in gold)
         n_cited = 1 + (rand() < 0.3)
         cited = ", ".join(f'"card-{c}"' for c in cards[:n_cited])
+        answer = answers[randrange(POOL_SIZE)]
+        extras = f', "answer": {answer}, "cited_ids": [{cited}]' if spec["extras"] else ""
         lines.append(
             f'{{"case_id": "{locale}-{category}-{n:08d}", "locale": "{locale}", "category": "{category}", '
-            f'"must_cite_one_of": [{gold_json}], "retrieved_context": [{", ".join(items)}], '
-            f'"answer": {answers[randrange(POOL_SIZE)]}, "cited_ids": [{cited}]}}\n'
+            f'"must_cite_one_of": [{gold_json}], "retrieved_context": [{", ".join(items)}]{extras}}}\n'
         )
     return "".join(lines).encode("utf-8")
 

@@ -35,6 +35,7 @@ ROOT = BENCH.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.generate import SHAPES  # noqa: E402
 from benchmarks.run import WORK, dataset_name, ensure_dataset  # noqa: E402
 
 RATE = 100
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--depth", type=int, default=20)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="standard",
+                        help="the generator's artifact shape (benchmarks/generate.py)")
     parser.add_argument("--work", type=Path, default=WORK)
     parser.add_argument("--memory", action="store_true", help="trace resident memory per step instead")
     parser.add_argument("--raw", type=Path, help="summarize an existing raw profile instead of recording")
@@ -215,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.raw:
         print(summarize(args.raw))
         return 0
-    name = dataset_name(args.cases, args.depth)
-    run_dir = ensure_dataset(args.work / "data" / name, args.cases, args.depth, args.seed)
+    name = dataset_name(args.cases, args.depth, args.shape)
+    run_dir = ensure_dataset(args.work / "data" / name, args.cases, args.depth, args.seed, shape=args.shape)
     if args.memory:
         (args.work / "scratch").mkdir(parents=True, exist_ok=True)
         print(memory_trace(run_dir, args.work / "scratch"))

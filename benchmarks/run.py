@@ -56,18 +56,18 @@ ROOT = BENCH.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.generate import generate  # noqa: E402
+from benchmarks.generate import SHAPES, generate  # noqa: E402
 
 
-def code_fingerprint() -> str:
-    """A short hash of the project's code as it is on disk now (flows/, transforms/, sql/):
-    a table whose code changed while it was measured says so."""
+def code_fingerprint(root: Path = ROOT) -> str:
+    """A short hash of the project's code as it is on disk now (flows/, transforms/, sql/ under
+    `root`): a table whose code changed while it was measured says so."""
     import hashlib
 
     digest = hashlib.sha256()
     for folder, pattern in (("flows", "*.py"), ("transforms", "*.py"), ("sql", "**/*.sql")):
-        for path in sorted((ROOT / folder).glob(pattern)):
-            digest.update(str(path.relative_to(ROOT)).encode())
+        for path in sorted((root / folder).glob(pattern)):
+            digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dataset", help="dataset name (default bench-<cases>-d<depth>[-<shape>])")
-    parser.add_argument("--shape", choices=("standard", "sparse"), default="standard",
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="standard",
                         help="the generator's artifact shape (benchmarks/generate.py)")
     parser.add_argument("--with-ranx", action="store_true", help="also time ranx (warm and cold numba cache)")
     parser.add_argument("--only", help=f"comma-separated tools, from {','.join(ALL_TOOLS)}")

@@ -4,50 +4,21 @@ port, and a fresh bucket per test with the AWS_* variables pointing at it."""
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
+from benchmarks.object_storage import moto_server
+from retrieval_eval.flows.job.prefect_settings import free_port  # noqa: F401 (tests take it from here)
 from retrieval_eval.flows.storage import open_store
-
-READY_SECONDS = 30
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory):
-    """The URL of a moto S3 server running for the whole session."""
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
-    server_script = Path(sys.executable).with_name("moto_server")
-    command = [str(server_script)] if server_script.exists() else [sys.executable, "-m", "moto.server"]
-    server = subprocess.Popen([*command, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            try:
-                urllib.request.urlopen(endpoint, timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto_server did not answer on {endpoint}; see {log.name}") from None
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-        log.close()
+    """The URL of a moto S3 server running for the whole session (its request log is
+    moto*/server.log under the session's temporary folder)."""
+    with moto_server(tmp_path_factory.mktemp("moto") / "server.log") as server:
+        yield server.endpoint
 
 
 @pytest.fixture

@@ -99,8 +99,8 @@ def help_of(*command: str) -> str:
 
 
 @pytest.mark.parametrize("command, defaults", [
-    (("run",), ["runs root or one run folder (default: data/runs)", "--warehouse WAREHOUSE the warehouse folder "
-                "(default: data/warehouse)", "(default: data/reports)", "(default: data/kb/cards.jsonl when present)",
+    (("run",), ["(a path, or a URI: s3://bucket/runs) (default: data/runs)",
+                "--warehouse WAREHOUSE the warehouse: a folder, or a URI (s3://bucket/warehouse) (default: data/warehouse)", "(default: data/reports)", "(default: data/kb/cards.jsonl when present)",
                 "default: no gate)"]),
     (("serve",), ["(default: data/runs)", "(default: data/warehouse)", "(default: data/reports)",
                   "(default: data/kb/cards.jsonl when present)", "default: no gate)"]),

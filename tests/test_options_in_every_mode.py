@@ -21,7 +21,7 @@ from retrieval_eval.flows.inputs.options import BY_NAME, OPTIONS
 
 # A value other than its default for every option (each within its bounds).
 CHANGED = {
-    "runs": "elsewhere/runs", "kb": "elsewhere/cards.jsonl", "warehouse": "elsewhere/wh", "report_dir": "elsewhere/rep",
+    "runs": "elsewhere/runs", "source": "beir", "qrels": "elsewhere/qrels.tsv", "run_id": "mine", "kb": "elsewhere/cards.jsonl", "warehouse": "elsewhere/wh", "report_dir": "elsewhere/rep",
     "k": 3, "ks": [1, 3], "relevance_level": 2, "allow_rejects": True, "baseline": "elsewhere/baseline.json",
     "tolerance": 0.01, "locale_tolerance": 0.02, "min_hit": 0.5, "min_recall": 0.4, "allow_missing_cases": True,
     "decision": "significant", "alpha": 0.01, "charts": False, "batch_items": 500,
@@ -70,7 +70,8 @@ def test_serve_deploys_every_option():
 @pytest.mark.parametrize("command", ["run", "serve"])
 def test_run_and_serve_take_every_cli_option(command):
     parser = build_parser()
-    args = parser.parse_args([command, "r", "--kb", "k.jsonl", "--warehouse", "w", "--report-dir", "d", "--k", "3",
+    args = parser.parse_args([command, "r", "--source", "beir", "--qrels", "elsewhere/qrels.tsv", "--run-id", "mine",
+                              "--kb", "k.jsonl", "--warehouse", "w", "--report-dir", "d", "--k", "3",
                               "--ks", "1,3", "--relevance-level", "2", "--allow-rejects", "--baseline", "b.json",
                               "--tolerance", "0.01", "--locale-tolerance", "0.02", "--min-hit", "0.5",
                               "--min-recall", "0.4", "--allow-missing-cases", "--decision", "significant",

@@ -244,6 +244,7 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
 
     from retrieval_eval.flows.storage.duckdb_connection import connect
     from retrieval_eval.flows.warehouse.views import with_later_columns
+    from retrieval_eval.transforms.run_summary import IDENTITY_COUNTS
 
     con = connect()
     old_runs = pl.DataFrame({"run_id": ["old"], "created_at": ["2026-11-02T02:00:00+05:00"]})
@@ -255,6 +256,7 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
         "created_at_utc": pl.Series([None, "2026-11-09T02:00:00"]).str.to_datetime().dt.replace_time_zone("UTC"),
         "relevance_level": [None, 2],
         "kb_uri": [None, "/kb/cards.jsonl"], "kb_digest": [None, "blake3:" + "0" * 64],
+        **{name: [None, 1] for name in IDENTITY_COUNTS},  # SPEC 15: null but for another tool's run
     })
     rows = with_later_columns(con.from_arrow(mixed.to_arrow()), "runs", mixed=True).pl()
     assert rows["relevance_level"].to_list() == [1, 2]
@@ -273,12 +275,13 @@ def test_parts_written_before_later_columns_read_with_their_defaults():
 def test_a_later_column_whose_sources_are_missing_too_reads_as_null():
     from retrieval_eval.flows.storage.duckdb_connection import connect
     from retrieval_eval.flows.warehouse.views import with_later_columns
+    from retrieval_eval.transforms.run_summary import IDENTITY_COUNTS
 
     con = connect()
     bare = pl.DataFrame({"run_id": ["old-run"], "n_cases": [3]})  # no created_at to derive from
     [row] = with_later_columns(con.from_arrow(bare.to_arrow()), "runs", mixed=False).pl().to_dicts()
     assert row == {"run_id": "old-run", "n_cases": 3, "created_at_utc": None, "relevance_level": 1,
-                   "kb_uri": None, "kb_digest": None}
+                   "kb_uri": None, "kb_digest": None, **dict.fromkeys(IDENTITY_COUNTS)}
 
 
 def test_card_id_is_computed_by_every_view_whether_a_part_stores_it_or_not(tmp_path):

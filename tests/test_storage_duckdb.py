@@ -1,31 +1,51 @@
-"""DuckDB reaches a bucket with no extension download: Parquet written (`write_parquet`, a `COPY … TO`)
-(whole and hive-partitioned) and read back through the fsspec filesystem registered for the
-store."""
+"""DuckDB names files by URI from what the log says (`KnownFiles`): a view over a list of parts
+is made by opening the first one only, the others are known by their size and never asked
+for, and reading the view opens each file once."""
 
 from __future__ import annotations
 
+import io
+
 import duckdb
-from retrieval_eval.flows.storage import LocalStore, open_store
-from retrieval_eval.flows.storage.duckdb_filesystem import duckdb_filesystem, register_store
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from retrieval_eval.flows.storage.duckdb_filesystem import register_known_files
 
 
-def test_duckdb_copies_to_and_reads_parquet_on_s3(s3_bucket):
-    store, prefix = open_store(f"s3://{s3_bucket}/wh")
+def parquet_bytes(values: list[int]) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"i": values}), sink)
+    return sink.getvalue()
+
+
+def test_a_view_over_known_files_opens_the_first_file_only_and_reads_each_once_when_queried():
+    parts = {"s3://bucket/wh/t/run_id=a/p1.parquet": parquet_bytes([1, 2]),
+             "s3://bucket/wh/t/run_id=b/p2.parquet": parquet_bytes([3, 4, 5])}
+    opened: list[str] = []
+
+    def opener(uri: str):
+        def open_it():
+            opened.append(uri)
+            return io.BytesIO(parts[uri])
+        return open_it
+
     connection = duckdb.connect()
-    register_store(connection, store)
-    target = f"s3://{s3_bucket}/{prefix}/parts"
-    rows = connection.sql("select range as i, range % 3 as p from range(1000)")
-    rows.write_parquet(f"{target}/all.parquet")
-    rows.write_parquet(f"{target}/hive", partition_by=["p"], overwrite=True)
-    # 0 + 1 + … + 999 = 499,500; p = 0 holds i = 0, 3, …, 999: 334 rows.
-    assert connection.execute("select count(*), sum(i) from read_parquet(?)", [f"{target}/all.parquet"]).fetchone() == (1000, 499500)
-    assert connection.execute("select p, count(*) from read_parquet(?, hive_partitioning = true) group by p order by p",
-                              [f"{target}/hive/*/*.parquet"]).fetchall() == [(0, 334), (1, 333), (2, 333)]
-    assert {info.key.rsplit("/", 1)[0] for info in store.list(f"{prefix}/parts/hive")} == {
-        f"{prefix}/parts/hive/p=0", f"{prefix}/parts/hive/p=1", f"{prefix}/parts/hive/p=2"}
-    installed = connection.execute("select extension_name from duckdb_extensions() where installed").fetchall()
-    assert ("httpfs",) not in installed
+    register_known_files(connection, "s3", {uri: (len(data), opener(uri)) for uri, data in parts.items()})
+    # As the catalog makes its views (DuckDB takes no parameters in CREATE VIEW): the list as a
+    # literal rendered by DuckDB itself.
+    connection.execute("create view t as select * from read_parquet(" + str(duckdb.ConstantExpression(list(parts))) + ")")
+    assert opened == ["s3://bucket/wh/t/run_id=a/p1.parquet"]  # the schema, from the first file
+    opened.clear()
+    # 1 + 2 + 3 + 4 + 5 = 15 over 5 rows.
+    assert connection.execute("select count(*), sum(i) from t").fetchone() == (5, 15)
+    assert set(opened) == set(parts)
+    view = connection.execute("select sql from duckdb_views() where view_name = 't'").fetchone()[0]
+    assert all(uri in view for uri in parts)  # the view names its files by URI
 
 
-def test_a_local_store_needs_no_filesystem(tmp_path):
-    assert duckdb_filesystem(LocalStore(tmp_path)) is None
+def test_a_file_the_log_does_not_know_is_not_found():
+    connection = duckdb.connect()
+    register_known_files(connection, "s3", {})
+    with pytest.raises(duckdb.IOException, match="No files found"):
+        connection.execute("select * from read_parquet('s3://bucket/elsewhere.parquet')")

@@ -4,8 +4,11 @@ writes, put-if-absent, listing by folder prefix, idempotent delete, stored check
 
 from __future__ import annotations
 
+import io
+
 import obstore
 import pytest
+from blake3 import blake3
 from retrieval_eval.flows.storage import AlreadyExists, CorruptObject, NotFound, join_key
 from retrieval_eval.flows.storage.hashing import checksum_of_bytes
 
@@ -28,6 +31,13 @@ def test_put_then_get_range_list_and_delete(store_under_test):
         reader.seek(512)
         assert reader.read(3) == bytes([0, 1, 2])
         assert reader.tell() == 515
+
+    copied = io.BytesIO()
+    assert store.copy_to(join_key(prefix, "parts/a.bin"), copied) == blake3(bytes(range(256)) * 4).hexdigest()
+    assert copied.getvalue() == bytes(range(256)) * 4
+    assert store.exists(join_key(prefix, "parts/a.bin")) and not store.exists(join_key(prefix, "parts/c.bin"))
+    with pytest.raises(NotFound):
+        store.copy_to(join_key(prefix, "parts/c.bin"), io.BytesIO())
 
     listed = list(store.list(join_key(prefix, "parts")))
     assert [info.key for info in listed] == [join_key(prefix, "parts/a.bin"), join_key(prefix, "parts/b.bin")]

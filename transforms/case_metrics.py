@@ -15,6 +15,7 @@ from .aggregates import slice_partials
 from .errors import InputError
 from .metrics import MAX_K
 from .rankings import case_rows
+from .run_summary import IDENTITY_COUNTS
 
 
 def cutoffs(headline_k: int, sweep: Iterable[int] = ()) -> list[int]:
@@ -64,7 +65,7 @@ def scored_cases(
     k among them) and partial sums."""
     cases = case_rows(staged, retrieved, run_id, headline_k)
     metrics = case_metrics(cases, ks, con)
-    return ScoredCases(cases, metrics, slice_partials(metrics), case_counts(cases))
+    return ScoredCases(cases, metrics, slice_partials(metrics), {**case_counts(cases), **identity_counts(staged)})
 
 
 def case_counts(cases: pl.DataFrame) -> dict[str, int]:
@@ -76,4 +77,14 @@ def case_counts(cases: pl.DataFrame) -> dict[str, int]:
         (labelled & (pl.col("n_retrieved") > 0)).sum().alias("n_labelled_with_retrieval"),
         pl.col("n_cards").max().fill_null(0).alias("max_depth"),
     ).row(0, named=True)
+    return {name: int(value or 0) for name, value in row.items()}
+
+
+def identity_counts(staged: pl.DataFrame) -> dict[str, int]:
+    """The identity counts (transforms/run_summary.py IDENTITY_COUNTS) of staged cases that carry
+    them (another tool's run, SPEC 15), summed; none for cases that do not."""
+    present = [name for name in IDENTITY_COUNTS if name in staged.columns]
+    if not present:
+        return {}
+    row = staged.select(pl.col(name).sum() for name in present).row(0, named=True)
     return {name: int(value or 0) for name, value in row.items()}

@@ -15,12 +15,14 @@ class Reject:
     """One record of a cases file that failed validation, kept whole in `raw`."""
 
     source_file: str
-    line: int
+    line: int  # the record's line, or its row where `unit` says so
     reason: str
     raw: str
+    unit: str = "line"  # "row": a table's row, or an entry of a JSON list (SPEC 15 `file:row N`)
 
     def describe(self) -> str:
-        return f"{self.source_file}:{self.line}: {self.reason}"
+        where = self.line if self.unit == "line" else f"{self.unit} {self.line}"
+        return f"{self.source_file}:{where}: {self.reason}"
 
 
 def first_lines(lines: list[str], limit: int) -> str:

@@ -16,6 +16,7 @@ from .baseline import relevance_mismatch
 from .comparison import compare_runs, p_family
 from .flips import flipped_cases, reasons_by_slice
 from .metrics import GATED, LABELS, NAMES
+from .run_summary import IDENTITY_COUNTS
 from .tables import signed
 
 RECALL_CAVEAT = (
@@ -179,7 +180,26 @@ def run_warnings(run: dict, labelled_cases: pl.DataFrame) -> list[str]:
         )
     if run["n_rejected"]:
         warnings.append(f"{run['n_rejected']} record(s) were rejected and left out (see the `rejects` view).")
-    return warnings
+    return warnings + identity_notes(run)
+
+
+def identity_notes(run: dict) -> list[str]:
+    """How another tool's run named its cards (SPEC 15: the `runs` row's identity counts, null
+    for a run folder or a TREC run): the counts by method, and, when most of its retrieved
+    items and gold entries were named by their text, that matching is exact."""
+    counts = {name: run.get(name) for name in IDENTITY_COUNTS}
+    if any(value is None for value in counts.values()):
+        return []
+    sides = {side: [counts[f"{side}_by_{method}"] for method in ("id", "metadata", "content")]
+             for side in ("retrieved", "gold")}
+    said = "; ".join(f"{side} {total:,} (id {by[0]:,}, metadata {by[1]:,}, content {by[2]:,})"
+                     for side, by in sides.items() for total in [sum(by)])
+    notes = [f"Cards identified by id, metadata or content: {said}."]
+    content = sides["retrieved"][2] + sides["gold"][2]
+    if content * 2 > sum(sides["retrieved"]) + sum(sides["gold"]):
+        notes.append("Most cards of this run were identified by their text, matched exactly after normalising "
+                     "Unicode and whitespace: a paraphrased chunk cannot match its gold, so hits may be missed.")
+    return notes
 
 
 def kb_warnings(run_id: str, unknown_gold: pl.DataFrame | None, kb_name: str) -> list[str]:
@@ -262,15 +282,16 @@ def change_phrase(row: dict, k: int) -> str:
 
 
 def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl.DataFrame | None,
-                  titles: dict[str, str | None] | None, *, run_id: str, previous_run_id: str | None, k: int
-                  ) -> tuple[pl.DataFrame, dict]:
+                  titles: dict[str, str | None] | None, *, run_id: str, previous_run_id: str | None, k: int,
+                  texts: dict[str, str] | None = None) -> tuple[pl.DataFrame, dict]:
     """The case explorer's cases and meta (transforms/case_explorer.py): one row per labelled
     case of the newest run (case_id order). `newest` and `previous` are per-case rows at the
     headline k with case_id, locale, category, hit_at_k, first_relevant_rank, question, gold,
     cards (its distinct cards in rank order down to k or to its first gold card, whichever is
     deeper: sql/report_cases.sql) and n_cards (how many it retrieved in all); `titles` are
     the KB's, None when no KB was read. meta["titles"] holds the titles of the
-    KB cards the cases name; with a KB, a card missing there is not in the KB."""
+    KB cards the cases name; with a KB, a card missing there is not in the KB. meta["texts"]
+    holds the text of each card identified by its content that the cases name (SPEC 15)."""
     newest = newest.sort("case_id")
     if previous is not None:
         previous = previous.join(newest.select("case_id"), on="case_id", how="semi")
@@ -299,7 +320,8 @@ def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl
     else:
         cases = cases.with_columns(pl.lit(None).alias("before"))
     meta = {"run_id": run_id, "previous_run_id": previous_run_id, "k": k, "kb": titles is not None,
-            "titles": _titles_named(titles, [newest] if previous is None else [newest, previous])}
+            "titles": _titles_named(titles, [newest] if previous is None else [newest, previous]),
+            "texts": texts or {}}
     return cases, meta
 
 

@@ -32,15 +32,27 @@ RUNS_SCHEMA = {
     "kb_uri": pl.String,  # the KB file (absolute path); null: the run had no KB
     "kb_digest": pl.String,  # "blake3:" + the digest of that file's bytes
 }
+# SPEC 15: how many retrieved items and gold entries of another tool's run were identified by
+# their id, a metadata field, or their content (flows/sources/formats/identity.py). A staged
+# case of such a run carries its own counts in these columns; a run folder's or a TREC run's
+# has none, and its `runs` row holds null.
+IDENTITY_COUNTS = (
+    "retrieved_by_id", "retrieved_by_metadata", "retrieved_by_content", "gold_by_id", "gold_by_metadata", "gold_by_content",
+)
+RUNS_SCHEMA.update({name: pl.Int64 for name in IDENTITY_COUNTS})
 COUNTS = ("n_cases", "n_labelled", "n_labelled_with_retrieval", "max_depth")
 
 
-def add_counts(batches: list[dict[str, int]]) -> dict[str, int]:
-    """The counts of a run from its batches' counts (max_depth is the deepest)."""
-    total = {name: 0 for name in COUNTS}
+def add_counts(batches: list[dict[str, int]]) -> dict[str, int | None]:
+    """The counts of a run from its batches' counts (max_depth is the deepest); the identity
+    counts are summed over the batches that have them, and None when none has."""
+    total: dict[str, int | None] = {name: 0 for name in COUNTS}
     for counts in batches:
         for name in COUNTS:
             total[name] = max(total[name], counts[name]) if name == "max_depth" else total[name] + counts[name]
+    for name in IDENTITY_COUNTS:
+        given = [counts[name] for counts in batches if counts.get(name) is not None]
+        total[name] = sum(given) if given else None
     return total
 
 
@@ -81,6 +93,7 @@ def run_summary(
             "evaluation_key": [evaluation_key],
             "kb_uri": [kb_uri],
             "kb_digest": [kb_digest],
+            **{name: [counts.get(name)] for name in IDENTITY_COUNTS},
         },
         schema=RUNS_SCHEMA,
     )

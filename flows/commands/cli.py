@@ -149,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     run = command("run", "ingest runs, compute metrics, write the warehouse and the report", cmd_run)
-    add_arguments(run, "run", ["runs"])
+    add_arguments(run, "run", ["runs", "source"])
     run.add_argument("--trec-run", type=location_argument, metavar="FILE",
-                     help="evaluate a TREC run file (qid Q0 docno rank score tag) in place of RUNS; needs --qrels")
-    run.add_argument("--qrels", type=location_argument, metavar="FILE", help="the TREC judgments (qid iter docno rel) of --trec-run")
-    run.add_argument("--run-id", help="the run id of --trec-run (default: the run file's name without extension)")
+                     help="evaluate a TREC run file (qid Q0 docno rank score tag) in place of RUNS: the same as "
+                          "--source trec FILE; needs --qrels")
+    add_arguments(run, "run", ["qrels", "run_id"])
     add_arguments(run, "run", ["kb", "warehouse", "report_dir", "k", "ks", "relevance_level"])
     run.add_argument("--json", action="store_true", help="print the aggregates as JSON instead of the report "
                      "(with --baseline, the gate's verdict too, under \"gate\")")

@@ -29,8 +29,7 @@ def job_options(args: argparse.Namespace):
     run that `run` may take in place of RUNS."""
     from ..job.job import job_options as job_options_of  # deferred: after import_engines (start-up)
 
-    return replace(job_options_of(values_of(args)), trec_run=getattr(args, "trec_run", None),
-                   qrels=getattr(args, "qrels", None), run_id=getattr(args, "run_id", None))
+    return replace(job_options_of(values_of(args)), trec_run=getattr(args, "trec_run", None))
 
 
 def tracked(args: argparse.Namespace) -> bool:
@@ -38,29 +37,38 @@ def tracked(args: argparse.Namespace) -> bool:
     return args.prefect or bool(os.environ.get("PREFECT_API_URL")) or args.task_runner == "dask" or bool(args.dask_address)
 
 
-def check_trec_arguments(args: argparse.Namespace) -> None:
-    """--trec-run and --qrels go together, in place of RUNS, in this process (the Prefect
-    steps read run folders only); --run-id names a TREC run."""
-    if args.trec_run is None:
+def check_source_arguments(args: argparse.Namespace) -> None:
+    """RUNS is read as --source says (run folders by default); --trec-run FILE is --source trec
+    FILE. Another format names its INPUT; --qrels and --run-id are for those formats. A TREC
+    run is read in this process (the Prefect steps read the others)."""
+    if args.trec_run is not None:
+        if args.runs is not None:
+            raise InputError(f"run: give either RUNS ({args.runs}) or --trec-run, not both")
+        if args.source != "native":
+            raise InputError(f"run: --trec-run FILE is --source trec FILE: give either --source {args.source} or --trec-run")
+        if args.qrels is None:
+            raise InputError("run: --trec-run needs --qrels FILE (the judgments to evaluate it against)")
+    elif args.source == "native":
         given = [option for option, value in (("--qrels", args.qrels), ("--run-id", args.run_id)) if value is not None]
         if given:
-            raise InputError(f"run: {' and '.join(given)} {'are' if len(given) > 1 else 'is'} only for --trec-run FILE")
+            raise InputError(f"run: {' and '.join(given)} {'are' if len(given) > 1 else 'is'} only for --trec-run FILE "
+                             "or --source FORMAT INPUT")
         return
-    if args.qrels is None:
-        raise InputError("run: --trec-run needs --qrels FILE (the judgments to evaluate it against)")
-    if args.runs is not None:
-        raise InputError(f"run: give either RUNS ({args.runs}) or --trec-run, not both")
-    if args.prefect or args.task_runner == "dask" or args.dask_address:
-        raise InputError("run: --trec-run runs in this process; it does not take --prefect, --task-runner dask "
+    elif args.runs is None:
+        raise InputError(f"run: --source {args.source} needs INPUT, the file to read (run --source {args.source} INPUT)")
+    if (args.trec_run is not None or args.source == "trec") and tracked(args):
+        given = "--trec-run" if args.trec_run is not None else "--source trec"
+        raise InputError(f"run: {given} runs in this process; it does not take --prefect, --task-runner dask "
                          "or --dask-address")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    check_trec_arguments(args)
-    if args.trec_run is None and tracked(args):
+    check_source_arguments(args)
+    if args.trec_run is None and args.source != "trec" and tracked(args):
         return run_with_prefect(args)
     # The first run's file is parsed while Polars and DuckDB are imported.
-    with Prefetch(first_cases_file(args.runs or config.RUNS) if args.trec_run is None else None) as prefetch:
+    native = args.trec_run is None and args.source == "native"
+    with Prefetch(first_cases_file(args.runs or config.RUNS) if native else None) as prefetch:
         import_engines()
         from ..job.job import InProcess, run_job  # deferred: the job's engines import while Prefetch reads
 
@@ -99,9 +107,8 @@ def run_with_prefect(args: argparse.Namespace) -> int:
 def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_before: int) -> int:
     """The report (and the gate, when this run's commit landed) of what the warehouse holds."""
     from ..inputs.baseline_file import read_baseline  # deferred: after import_engines (start-up)
-    from ..job.job import InProcess, JobResult, checked_kb, newest_run_id
+    from ..job.job import InProcess, JobResult, checked_kb, newest_run_id, sources
     from ..outputs.reports import ReportOptions
-    from ..sources.artifacts import load_run_folders
 
     state = warehouse.state() if warehouse.exists() else None
     if state is None or not state.runs:
@@ -114,7 +121,7 @@ def report_after_lost_api(args: argparse.Namespace, options, warehouse, version_
         report = steps.report(state, ReportOptions(options.warehouse, options.report_dir, kb, options.charts, baseline))
         gate = None
         if baseline is not None:
-            newest = newest_run_id(load_run_folders(options.runs))
+            newest = newest_run_id(sources(options))
             gate = steps.gate(state, newest, options.gate, baseline, kb)
     finally:
         steps.close()

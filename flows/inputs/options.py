@@ -138,9 +138,17 @@ class Option:
 KB_HELP = f"knowledge base cards.jsonl (default: {config.KB} when present)"
 
 OPTIONS: tuple[Option, ...] = (
-    Option("runs", str, str(config.RUNS), "runs root or one run folder (a path, or a URI: s3://bucket/runs)", JOB,
+    Option("runs", str, str(config.RUNS), "runs root or one run folder; with --source, the input file (a path, or a URI: "
+           "s3://bucket/runs)", JOB,
            parse=location_argument,
            cli_default={"run": None}, positional=True),
+    Option("source", str, "native", "the format of RUNS: native (run folders), trec (a TREC run; --trec-run is its "
+           "alias), or another tool's stored results as one INPUT file: beir, ranx, ragas, mlflow, deepeval, "
+           "openinference (a package may register more)", JOB),
+    Option("qrels", str, None, "the judgments of a --source input that keeps its gold apart (trec, beir, ranx, "
+           "openinference: TREC qrels, a BEIR TSV, ranx JSON or JSONL gold; a path or a URI)", JOB,
+           parse=location_argument),
+    Option("run_id", str, None, "the run id of a --source input (default: its file name without extension)", JOB),
     Option("kb", str, None, KB_HELP + ": gold ids that are not cards are flagged in the report",
            (*JOB, "gate"), parse=location_argument,
            cli_help={"gate": "knowledge base cards.jsonl to tell apart flips whose gold is not a card (default: "
@@ -150,7 +158,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("report_dir", str, str(config.REPORT_DIR), "where report.md, report.html and the charts are written "
            "(a folder, or a URI: s3://bucket/prefix)", JOB, parse=str),
     Option("k", int, None, f"headline k (default: each run's retrieval_top_k; {config.TREC_TOP_K} for "
-           "--trec-run)", JOB, parse=positive_int, bounds=COUNT),
+           "--trec-run and every --source but native)", JOB, parse=positive_int, bounds=COUNT),
     Option("ks", int, None, "k sweep, e.g. 1,2,3,5,10 (default: the headline k only)", JOB,
            parse=parse_ks, bounds=COUNT, many=True),
     Option("relevance_level", int, 1, "the least grade a graded card needs to count as relevant", JOB,

@@ -44,6 +44,7 @@ from .progress import Progress
 @dataclass(frozen=True)
 class JobOptions:
     runs: Path | str = config.RUNS  # a local path, or a URI (flows/inputs/options.py `input_location`)
+    source: str = "native"  # the format of `runs` (flows/sources/source.py `source_format`)
     kb: Path | str | None = None  # None: the default KB when there is one (a KB that was given must exist)
     warehouse: Path | str = config.WAREHOUSE  # a folder, or a bucket's URI as given
     report_dir: Path | Location = config.REPORT_DIR  # a local folder or a URI's (flows/storage/output_files.py)
@@ -54,9 +55,9 @@ class JobOptions:
     batch_items: int | None = None  # retrieved items per batch or partition
     charts: bool = True
     gate: GateOptions | None = None  # gate the newest run against a baseline
-    trec_run: Path | str | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12)
-    qrels: Path | str | None = None
-    run_id: str | None = None  # the TREC run's id (default: the run file's name)
+    trec_run: Path | str | None = None  # with qrels: one TREC run file in place of RUNS (SPEC 12): `source` trec
+    qrels: Path | str | None = None  # the gold of a source that keeps it apart
+    run_id: str | None = None  # a source's run id (default: its input's file name)
 
 
 def _path(value: Any) -> Path | str | None:
@@ -69,6 +70,9 @@ def job_options(values: Mapping[str, Any]) -> JobOptions:
     given = {**{option.name: option.default for option in OPTIONS}, **values}
     return JobOptions(
         runs=input_location(given["runs"] if given["runs"] is not None else BY_NAME["runs"].default),
+        source=given["source"],
+        qrels=_path(given["qrels"]),
+        run_id=given["run_id"],
         kb=_path(given["kb"]),
         warehouse=input_location(given["warehouse"]),
         report_dir=output_target(given["report_dir"]),
@@ -88,6 +92,9 @@ def flow_parameters(options: JobOptions) -> dict[str, Any]:
     gate = options.gate or GateOptions(baseline=None, warehouse=options.warehouse)  # type: ignore[arg-type]
     return {
         "runs": str(options.runs),
+        "source": options.source,
+        "qrels": None if options.qrels is None else str(options.qrels),
+        "run_id": options.run_id,
         "kb": None if options.kb is None else str(options.kb),
         "warehouse": str(options.warehouse),
         "report_dir": str(options.report_dir),
@@ -159,20 +166,23 @@ def given_kb(kb: Path | str | None) -> KnowledgeBase | None:
 def checked_kb(options: JobOptions) -> KnowledgeBase | None:
     """The job's KB, read and judged card by card before any work (a bad one is refused,
     exit 2, with the warehouse untouched); the report and the gate use what was read. TREC
-    docnos are not cards: the default KB is for run folders, a KB given is checked."""
-    if options.trec_run is not None and options.kb is None:
+    docnos and other tools' documents are not cards: the default KB is for run folders, a KB
+    given is checked."""
+    if (options.trec_run is not None or options.source != "native") and options.kb is None:
         return None
     return resolved_kb(options.kb)
 
 
 def sources(options: JobOptions) -> list[RunSource]:
     """The runs to evaluate, each checked before anything is written (SPEC 6), through their
-    format's reader (flows/sources/source.py): a TREC run file with its qrels, or every run
-    folder of RUNS."""
+    format's reader (flows/sources/source.py): a TREC run file with its qrels (`--trec-run`),
+    or RUNS read as `source` (run folders, or another tool's input with its qrels; SPEC 15).
+    A run without a k of its own gets config.TREC_TOP_K."""
     if options.trec_run is not None:
         return source_format("trec")(options.trec_run, qrels=options.qrels, run_id=options.run_id,
                                      top_k=config.TREC_TOP_K)
-    return source_format("native")(options.runs, top_k=config.TREC_TOP_K)
+    return source_format(options.source)(options.runs, qrels=options.qrels, run_id=options.run_id,
+                                         top_k=config.TREC_TOP_K)
 
 
 def newest_run_id(folders: list[RunSource]) -> str:

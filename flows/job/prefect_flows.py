@@ -42,12 +42,15 @@ from ..inputs.options import flow_docstring, flow_signature
 from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_run
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
 from ..sources.ingest import PARTITION_ITEMS, IngestAccount
+from ..sources.stored_file import is_uri
 from ..storage.duckdb_connection import THREADS_ENV
 from ..warehouse.part_files import write_parquet
 from ..warehouse.warehouse import State, scratch_dir
+from .byte_range_steps import ByteRange, RangeResult, byte_ranges, evaluate_range, evaluate_whole_run, ranged_account
 from .run_steps import BatchParts, Outcome, TxnRef, score_batch, finish_run
 from .job import JobOptions, checked_kb, flow_parameters, job_options, run_job
 from .plan import RunPlan
+from .worker_paths import check_worker_paths
 from .prefect_settings import (
     CRASH_AFTER_S,
     ENVIRONMENT,
@@ -133,6 +136,22 @@ def finish_task(plan: RunPlan, account: IngestAccount, batches: list[BatchParts]
     return finish_run(plan, account, batches, txn)
 
 
+@task(name="digest-cases", task_run_name="digest-{plan.folder.manifest.run_id}", cache_policy=NO_CACHE, **IO_RETRIES)
+def digest_task(plan: RunPlan) -> str:
+    return plan.folder.cases.digest()
+
+
+@task(name="evaluate-range", task_run_name="evaluate-{plan.folder.manifest.run_id}-{byte_range.number}",
+      cache_policy=NO_CACHE, **IO_RETRIES)
+def range_task(plan: RunPlan, byte_range: ByteRange, txn: TxnRef, batch_items: int) -> RangeResult:
+    return evaluate_range(plan, byte_range, txn, batch_items)
+
+
+@task(name="evaluate-run", task_run_name="evaluate-{plan.folder.manifest.run_id}", cache_policy=NO_CACHE, **IO_RETRIES)
+def whole_run_task(plan: RunPlan, txn: TxnRef, batch_items: int) -> Outcome:
+    return evaluate_whole_run(plan, txn, batch_items)
+
+
 @task(name="report", cache_policy=NO_CACHE)
 def report_task(state: State, options: ReportOptions) -> WrittenReport:
     return write_report(options, state)
@@ -201,6 +220,53 @@ class PrefectSteps:
                                      description="The gate, for a CI job summary or a pull-request comment")
 
 
+@dataclass(frozen=True)
+class RangedRun:
+    """One run's tasks on workers that share no disk: its byte ranges and the digest of its
+    cases file, or (`whole`) the one task that evaluates it whole."""
+
+    ranges: list[ByteRange]
+    digest: PrefectFuture | None = None
+    whole: PrefectFuture | None = None
+
+    def futures(self) -> list[PrefectFuture]:
+        return [future for future in (self.digest, self.whole) if future is not None]
+
+
+class StoreSteps(PrefectSteps):
+    """The steps for a warehouse in a bucket (flows/job/byte_range_steps.py): nothing goes
+    through the driver's disk, so the workers of `--dask-address` need share none with it.
+    Each byte range of a run is a task that reads it from the store and puts its parts; the
+    run is finished here from the values they return (or, when the ranges together are not
+    one clean read, evaluated again whole by one task)."""
+
+    def ingest(self, plan: RunPlan, txn: TxnRef) -> RangedRun:
+        ranges = byte_ranges(plan, self.batch_items)
+        if len(ranges) == 1:
+            return RangedRun([], whole=whole_run_task.submit(plan, txn, self.batch_items))
+        return RangedRun(ranges, digest=digest_task.submit(plan))
+
+    def batches(self, ingest: RangedRun) -> list[ByteRange]:
+        return ingest.ranges
+
+    def score(self, plan: RunPlan, batch: ByteRange, txn: TxnRef) -> PrefectFuture:
+        return range_task.submit(plan, batch, txn, self.batch_items)
+
+    def finish(self, plan: RunPlan, ingest: RangedRun, evaluated: list[PrefectFuture], txn: TxnRef) -> Outcome:
+        wait([*evaluated, *ingest.futures()])  # nothing is still writing when the job goes on
+        if ingest.whole is not None:
+            return ingest.whole.result()
+        ranged = ranged_account(plan, [future.result() for future in evaluated], ingest.digest.result())
+        if ranged is None:
+            return whole_run_task.submit(plan, txn, self.batch_items).result()
+        account, batches = ranged
+        return finish_task(plan, account, batches, txn)
+
+    def settle(self, handles: list[Any]) -> None:
+        super().settle([future for handle in handles
+                        for future in (handle.futures() if isinstance(handle, RangedRun) else [handle])])
+
+
 def job_flow(**parameters: Any):
     """Evaluate every run under `runs`, commit them together, write the report, gate the newest.
     Paths are made absolute here, before any task leaves for a worker."""
@@ -213,7 +279,8 @@ def job_flow(**parameters: Any):
     if PREFECT_FLOWS_HEARTBEAT_FREQUENCY.value():  # a served or deployed run: its death must be seen
         ensure_crash_automation(update=False)
     options = with_absolute_paths(job_options(parameters))
-    result = run_job(options, PrefectSteps(options.batch_items))
+    steps = StoreSteps if is_uri(str(options.warehouse)) else PrefectSteps
+    result = run_job(options, steps(options.batch_items))
     if result.gate is not None and not result.gate.passed:
         message = "gate failed: " + "; ".join(result.gate.failures)
         return Failed(message=message, data=GateFailed(message, result))
@@ -230,21 +297,23 @@ job_flow = flow(name=FLOW_NAME)(job_flow)
 
 def with_absolute_paths(options: JobOptions) -> JobOptions:
     """`options` with every path absolute (a Dask worker's working directory is not ours)."""
-    absolute = {name: getattr(options, name).absolute() for name in ("warehouse",)}
+    absolute = {}
     if isinstance(options.report_dir, Path):  # else a URI's location
         absolute["report_dir"] = options.report_dir.absolute()
-    for name in ("runs", "kb"):  # a URI is kept as given
-        if isinstance(getattr(options, name), Path):
-            absolute[name] = getattr(options, name).absolute()
+    for name in ("runs", "kb", "warehouse"):  # a URI is kept as given
+        value = getattr(options, name)
+        absolute[name] = value.absolute() if isinstance(value, Path) else value
     baseline = options.gate and options.gate.baseline
     gate = options.gate and replace(options.gate, warehouse=absolute["warehouse"],
                                     baseline=baseline.absolute() if isinstance(baseline, Path) else baseline)
     return replace(options, **absolute, gate=gate)
 
 
-def make_task_runner(task_runner: str = "thread", dask_address: str | None = None, api_url: str | None = None):
+def make_task_runner(task_runner: str = "thread", dask_address: str | None = None, api_url: str | None = None,
+                     options: JobOptions | None = None):
     """Threads in this process, a local Dask cluster, or the Dask scheduler at `dask_address`
-    (whose workers must report to `api_url`: checked before any task is submitted)."""
+    (whose workers must report to `api_url` and see the local paths of `options` as this
+    machine does: both checked before any task is submitted)."""
     if task_runner not in ("thread", "dask"):
         raise ValueError(f"unknown task runner {task_runner!r} (expected 'thread' or 'dask')")
     if dask_address is None and task_runner == "thread":
@@ -258,6 +327,8 @@ def make_task_runner(task_runner: str = "thread", dask_address: str | None = Non
 
         with Client(dask_address, timeout=30) as client:
             check_workers(client, api_url)
+            if options is not None:
+                check_worker_paths(client, options, dask_address)
         return DaskTaskRunner(address=dask_address)
     return DaskTaskRunner(cluster_kwargs=dask_cluster_kwargs(api_url))
 
@@ -336,7 +407,7 @@ def run_tracked(options: JobOptions, task_runner: str = "thread", dask_address: 
     refuse_bad_inputs(options)
     given_api = PREFECT_API_URL.value()
     with configured(), api_for_run(dask_address=dask_address) as api_url:
-        runner = make_task_runner(task_runner, dask_address, api_url)
+        runner = make_task_runner(task_runner, dask_address, api_url, options)
         try:
             with worker_spawn_environment(task_runner, dask_address, api_url):
                 state = job_flow.with_options(task_runner=runner)(**flow_parameters(options), return_state=True)
@@ -385,7 +456,7 @@ def serve(cron: str = config.NIGHTLY_CRON, options: JobOptions | None = None, ta
     refuse_bad_inputs(options)
     os.environ["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] = str(HEARTBEAT_S)  # the served runs' processes inherit it
     with configured(served=True), api_for_run(dask_address=dask_address, services=True) as api_url:
-        runner = make_task_runner(task_runner, dask_address, api_url)
+        runner = make_task_runner(task_runner, dask_address, api_url, options)
         deployment = nightly_deployment(cron, options, runner, timezone)
         crash_stale_runs(deployment.apply())
         ensure_crash_automation(crash_after_s)

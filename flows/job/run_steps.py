@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import duckdb
@@ -41,10 +42,31 @@ class TxnRef:
     runs: frozenset[str] | None = None  # None: any run (the cleanup then looks everywhere)
     warehouse: str | None = None  # the warehouse as given (a folder or a URI): where committed parts are read
 
-    def new_part(self, table: str, run_id: str) -> Path:
+    def new_part(self, table: str, run_id: str, root: Path | None = None) -> Path:
+        """A fresh file for a part, under `root` (default: the transaction's)."""
         if self.runs is not None and run_id not in self.runs:
             raise ValueError(f"transaction {self.id} did not plan to write run {run_id!r}")
-        return new_part(self.root, self.id, table, run_id)
+        return new_part(root or self.root, self.id, table, run_id)
+
+    def write_part(self, frame: pl.DataFrame, table: str, run_id: str, **parquet) -> PartFile:
+        """Write `frame` as a fresh part of `table` for `run_id` (`write_parquet`'s options).
+        In a bucket the part is put under its key here, by the task that wrote it, from this
+        machine's work folder of the warehouse (a Dask worker's own: it shares no disk with the
+        driver), and only its description travels; the commit finds it there."""
+        bucket = bucket_warehouse(self.warehouse) if self.warehouse is not None else None
+        root = bucket.root if bucket is not None else self.root
+        part = write_parquet(frame, self.new_part(table, run_id, root), root, **parquet)
+        if bucket is not None:
+            bucket.put_part(part)
+        return part
+
+
+@lru_cache(maxsize=8)
+def bucket_warehouse(location: str) -> Warehouse | None:
+    """The warehouse at `location` as this process writes to it when it is in a bucket (one
+    client per process, not one per part); None for a local folder."""
+    warehouse = Warehouse(location)
+    return warehouse if warehouse.remote else None
 
 
 @dataclass(frozen=True)
@@ -95,20 +117,18 @@ def score_batch(plan: RunPlan, staged: pl.DataFrame, attempt: int, index: int, t
     # and DuckDB make the rest; card_id is the views' to compute (flows/warehouse/views.py DERIVED_COLUMNS).
     with ThreadPoolExecutor(max_workers=1) as writer:
         written = writer.submit(
-            write_parquet, retrieved.drop("case_no", "card_id"), txn.new_part("retrieved", run_id), txn.root,
+            txn.write_part, retrieved.drop("case_no", "card_id"), "retrieved", run_id,
             compression="lz4", statistics=False, dictionary=["run_id", "case_id"],
         )
         evaluated = scored_cases(staged, retrieved, run_id, plan.headline_k, plan.ks, con)
         # A dictionary only for the columns of few values (hashing each case's own strings
         # bought nothing), and lz4 over zstd: 27 ms less CPU a batch, 0.2 MB more.
         parts = {
-            "cases": write_parquet(
-                evaluated.cases, txn.new_part("cases", run_id), txn.root, compression="lz4",
+            "cases": txn.write_part(
+                evaluated.cases, "cases", run_id, compression="lz4",
                 dictionary=["run_id", "locale", "category", "gold_source"],
             ),
-            "case_metrics": write_parquet(
-                evaluated.case_metrics, txn.new_part("case_metrics", run_id), txn.root, compression="lz4",
-            ),
+            "case_metrics": txn.write_part(evaluated.case_metrics, "case_metrics", run_id, compression="lz4"),
         }
         parts["retrieved"] = written.result()
     return BatchParts(attempt, index, parts, evaluated.partials, evaluated.counts)
@@ -119,8 +139,7 @@ def write_rejects(run_id: str, rejects: RejectFiles, txn: TxnRef) -> list[PartFi
     a time), or one empty part when there were none, so that a run's table is always there."""
     frames = rejects.frames() if rejects.files else iter([pl.DataFrame(schema=REJECT_COLUMNS)])
     return [
-        write_parquet(frame.select(pl.lit(run_id).alias("run_id"), pl.all()).cast(REJECTS_SCHEMA),
-                      txn.new_part("rejects", run_id), txn.root)
+        txn.write_part(frame.select(pl.lit(run_id).alias("run_id"), pl.all()).cast(REJECTS_SCHEMA), "rejects", run_id)
         for frame in frames
     ]
 
@@ -147,10 +166,8 @@ def finish_run(plan: RunPlan, account: IngestAccount, batches: list[BatchParts],
         plan.relevance_level, str(plan.cases_file), digest, key, *kb_columns(plan.kb),
     )
     tables = {table: [b.parts[table] for b in mine] for table in ("cases", "retrieved", "case_metrics")}
-    tables["aggregates"] = [
-        write_parquet(aggregates(merge_partials([b.partials for b in mine])), txn.new_part("aggregates", run_id), txn.root)
-    ]
-    tables["runs"] = [write_parquet(summary, txn.new_part("runs", run_id), txn.root)]
+    tables["aggregates"] = [txn.write_part(aggregates(merge_partials([b.partials for b in mine])), "aggregates", run_id)]
+    tables["runs"] = [txn.write_part(summary, "runs", run_id)]
     tables["rejects"] = rejects
     return Loaded(run_id, RunCommit(tables, key, plan.source(digest)), account.rejects.tally)
 
@@ -170,7 +187,7 @@ def runs_row_with_kb(plan: RunPlan, txn: TxnRef) -> dict[str, list[PartFile]]:
                           how="diagonal_relaxed")
     uri, digest = kb_columns(plan.kb)
     row = committed.with_columns(pl.lit(uri, pl.String).alias("kb_uri"), pl.lit(digest, pl.String).alias("kb_digest"))
-    return {"runs": [write_parquet(row, txn.new_part("runs", plan.run_id), txn.root)]}
+    return {"runs": [txn.write_part(row, "runs", plan.run_id)]}
 
 
 def reuse_run(plan: RunPlan, txn: TxnRef) -> Reused:

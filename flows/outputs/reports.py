@@ -36,6 +36,7 @@ from ...transforms.report import (
 from ...transforms.report_render import render_html, render_markdown
 from ..inputs.baseline_file import Baseline
 from ..inputs.kb import KnowledgeBase, RunKb, kb_titles, load_kb, run_kb, unknown_gold, unknown_gold_counts
+from ..sources.formats.identity import CONTENT_ID_PREFIX
 from ..storage.duckdb_connection import connect
 from ..storage.locations import Location
 from ..storage.output_files import output_folder, shown_path, written_aside
@@ -143,11 +144,30 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     if snapshot is not None and set_aside is None:  # else the run before
         change = changes(rounded_as_snapshot(newest_cases), baseline.cases, run_id=newest.run_id,
                          reference=f"baseline {snapshot['run_id']}", k=k, unknown_gold=unknown_ids)
+    shown_runs = [run_id for run_id in detailed[-2:] if rows[run_id].get("retrieved_by_content")]
+    texts = card_texts(con, warehouse, state, shown_runs, [newest_cases, previous_cases]) if shown_runs else None
     explorer = explorer_data(newest_cases, previous_cases, against_previous.flips if against_previous else None,
-                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k)
+                             titles, run_id=newest.run_id, previous_run_id=previous.run_id if previous else None, k=k,
+                             texts=texts)
     return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
                   explorer=explorer, uncompared=notes if change is None else (),
                   notes=report_notes(newest_cases["gold_source"]))
+
+
+def card_texts(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, run_ids: list[str],
+               sides: list[pl.DataFrame | None]) -> dict[str, str]:
+    """The texts of the content-identified cards (SPEC 15) that the explorer lists of `sides`
+    (the newest run's cases and the run before's), read from the `retrieved` rows of
+    `run_ids`, the runs among them that have such cards."""
+    named = pl.concat([side.get_column(column).explode() for side in sides if side is not None
+                       for column in ("gold", "cards")])
+    cards = named.filter(named.str.starts_with(CONTENT_ID_PREFIX)).unique().sort().to_list()
+    if not cards:
+        return {}
+    add_views(con, warehouse, state, run_ids, tables=("retrieved",))
+    with naming_damage(warehouse, state):
+        found = con.execute(sql.load("report_card_texts"), {"ids": run_ids, "cards": cards}).fetchall()
+    return dict(found)
 
 
 def report_kb(state: State, rows: dict[str, dict], detailed: list[str], held: KnowledgeBase | None) -> RunKb:

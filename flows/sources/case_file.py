@@ -232,6 +232,18 @@ def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = 
     return FileFacts("blake3:" + digest.hexdigest(), scan.lines, scan.object_lines, scan.json_only)
 
 
+def bounded_lines(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """A stream's lines as bytes, each with whether it overflowed MAX_RECORD_BYTES (then cut
+    short, the rest skipped without being held): the line-by-line reader of record files."""
+    while line := stream.readline(MAX_RECORD_BYTES + 1):
+        if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
+            while (rest := stream.readline(MAX_RECORD_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield line, True
+        else:
+            yield line, False
+
+
 def first_value_opening(path: Path) -> bytes:
     """The first byte of the file's first JSON value (b"" when its first block is blank).
     Arrow's reader is only given files that open with '{': a first value of `null`

@@ -22,7 +22,7 @@ from ...transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
 from ...transforms.errors import InputError, Reject
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
-from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, open_text_lines
+from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines
 from .reject_stream import RejectFiles, RejectStream
 from .stored_file import StoredFile
 
@@ -74,25 +74,13 @@ class LineAccount:
     rejects: RejectSink = field(default_factory=list)
 
 
-def _lines(stream: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """Lines as bytes, each with whether it overflowed MAX_RECORD_BYTES (then cut short and
-    the rest skipped without being held)."""
-    while line := stream.readline(MAX_RECORD_BYTES + 1):
-        if len(line) > MAX_RECORD_BYTES and not line.endswith(b"\n"):
-            while (rest := stream.readline(MAX_RECORD_BYTES)) and not rest.endswith(b"\n"):
-                pass
-            yield line, True
-        else:
-            yield line, False
-
-
 def split_records(path: Path, display_name: str, clean_out: IO[bytes], rejects: RejectSink | None = None) -> LineAccount:
     """Judge every line of `path`; write the valid records, as Arrow's reader takes them, to
     `clean_out`, and the rejects to `rejects` (a new list when None)."""
     account = LineAccount(rejects=[] if rejects is None else rejects)
     first_line_of: dict[str, int] = {}
     with open_text_lines(path) as stream:
-        for number, (line, overlong) in enumerate(_lines(stream), start=1):
+        for number, (line, overlong) in enumerate(bounded_lines(stream), start=1):
             account.lines = number
             raw = line.decode("utf-8", errors="replace").rstrip("\r\n")
             if overlong:
@@ -115,6 +103,20 @@ def split_records(path: Path, display_name: str, clean_out: IO[bytes], rejects: 
             account.longest_valid = max(account.longest_valid, len(verdict.clean))
             clean_out.write(verdict.clean)
     return account
+
+
+def clean_batches(clean: Path, longest_valid: int, batch_items: int, relevance_level: int,
+                  attempt: int = LINE_BY_LINE) -> Iterator[StagedBatch]:
+    """The staged batches of a clean copy (records that passed the rules, as `split_records`
+    writes them; `longest_valid` bytes its longest line); returns how many cases were staged."""
+    n_records = 0
+    block_bytes = max(BLOCK_BYTES, longest_valid + 1)
+    with CaseFileRead(clean, schema=CLEAN_CASES_SCHEMA, block_bytes=block_bytes, scan=False) as read:
+        for index, table in enumerate(read.tables(batch_items)):
+            staged = stage(table, relevance_level)
+            n_records += staged.height
+            yield StagedBatch(attempt, index, staged)
+    return n_records
 
 
 class Ingest:
@@ -198,13 +200,7 @@ class Ingest:
             self.account = IngestAccount(facts, LINE_BY_LINE, 0, rejects, refused=True)
             clean.unlink()
             return
-        n_records = 0
-        block_bytes = max(BLOCK_BYTES, lines.longest_valid + 1)
-        with CaseFileRead(clean, schema=CLEAN_CASES_SCHEMA, block_bytes=block_bytes, scan=False) as read:
-            for index, table in enumerate(read.tables(self.batch_items)):
-                staged = stage(table, self.relevance_level)
-                n_records += staged.height
-                yield StagedBatch(LINE_BY_LINE, index, staged)
+        n_records = yield from clean_batches(clean, lines.longest_valid, self.batch_items, self.relevance_level)
         if n_records != lines.valid:
             raise RuntimeError(f"{self.shown}: records that passed the rules failed the fast path's checks")
         clean.unlink()

@@ -15,7 +15,7 @@ import polars as pl
 
 from ...transforms.errors import LISTED_REJECTS, Reject, RejectTally
 
-REJECT_COLUMNS = {"source_file": pl.String, "line": pl.Int64, "reason": pl.String, "raw": pl.String}
+REJECT_COLUMNS = {"source_file": pl.String, "line": pl.Int64, "reason": pl.String, "raw": pl.String, "unit": pl.String}
 # A file is written once this many rejects, or this many bytes of their raw lines, are held.
 FLUSH_ROWS = 50_000
 FLUSH_BYTES = 32 << 20

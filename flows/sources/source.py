@@ -17,6 +17,7 @@ from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest
 from .artifacts import load_run_folders
 from .case_file import Prefetch
+from .format_sources import FORMAT_SOURCES
 from .trec_files import trec_source
 
 ENTRY_POINT_GROUP = "retrieval_eval.sources"
@@ -92,7 +93,8 @@ def trec_runs(location: str | Path, *, qrels: str | Path | None = None, run_id: 
     return [trec_source(location, qrels, run_id, top_k=top_k)]
 
 
-BUILT_IN: dict[str, SourceFormat] = {"native": native_runs, "trec": trec_runs}
+# native and trec, then other tools' formats (flows/sources/format_sources.py, SPEC 15)
+BUILT_IN: dict[str, SourceFormat] = {"native": native_runs, "trec": trec_runs, **FORMAT_SOURCES}
 
 
 def source_format(name: str) -> SourceFormat:

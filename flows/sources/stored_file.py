@@ -6,18 +6,19 @@ evaluated, and the parsers read that copy as they read a local file."""
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from ...transforms.errors import InputError
 from ..storage import LocationError, NotFound, ObjectInfo, open_store, parse_location
+from ..storage.hashing import file_digest
 from ..storage.store import Store
 
 # Bytes read past a range's planned start to find the line start it moves to.
 LINE_PROBE_BYTES = 64 * 1024
-COPY_BLOCK_BYTES = 8 * 1024 * 1024
+# A byte range is copied in reads of at most this many bytes (one request each in a bucket).
+RANGE_READ_BYTES = 32 * 1024 * 1024
 
 
 def is_uri(location: str | os.PathLike) -> bool:
@@ -109,8 +110,8 @@ class StoredFile:
         target = folder / f"download-{uuid.uuid4().hex[:12]}" / self.name
         target.parent.mkdir(parents=True)
         aside = target.with_name(f".{self.name}.partial")
-        with store.open_read(key) as reader, open(aside, "wb") as sink:
-            shutil.copyfileobj(reader, sink, COPY_BLOCK_BYTES)
+        with open(aside, "wb") as sink:
+            store.copy_to(key, sink)
         os.replace(aside, target)
         return target
 
@@ -134,12 +135,7 @@ class StoredFile:
         """The start of the first line that begins after byte `at - 1` (None: none does)."""
         position = at - 1  # a line starts at `at` when the byte before it is a newline
         while position < size:
-            if store is None:
-                with open(self.location, "rb") as handle:
-                    handle.seek(position)
-                    block = handle.read(LINE_PROBE_BYTES)
-            else:
-                block = store.get_range(key, position, LINE_PROBE_BYTES)
+            block = self._read_at(position, LINE_PROBE_BYTES, store, key)
             if not block:
                 return None
             newline = block.find(b"\n")
@@ -148,3 +144,39 @@ class StoredFile:
                 return start if start < size else None
             position += len(block)
         return None
+
+    def _read_at(self, position: int, length: int, store: Store | None, key: str | None) -> bytes:
+        """`length` bytes from `position` (fewer at the end): a ranged read of an object, or a
+        seek in a local file (`store` None)."""
+        if store is not None:
+            return store.get_range(key, position, length)
+        with open(self.location, "rb") as handle:
+            handle.seek(position)
+            return handle.read(length)
+
+    def copy_range(self, start: int, end: int, folder: Path) -> Path:
+        """A local file holding bytes [start, end) of this file (one of its `line_ranges`),
+        under the file's own name in a fresh folder below `folder`: a Dask worker's share of
+        a cases file, read from the store in ranged reads."""
+        store, key = (None, None) if self.is_local else self.opened()
+        target = folder / f"range-{start}-{uuid.uuid4().hex[:12]}" / self.name
+        target.parent.mkdir(parents=True)
+        with open(target, "wb") as sink:
+            position = start
+            while position < end:
+                block = self._read_at(position, min(RANGE_READ_BYTES, end - position), store, key)
+                if not block:
+                    raise InputError(f"{self.location}: ends at byte {position}, before {end}: it changed while it "
+                                     "was read; run again")
+                sink.write(block)
+                position += len(block)
+        return target
+
+    def digest(self) -> str:
+        """BLAKE3 of the bytes as stored, as a read of the file records it (`blake3:<hex>`,
+        flows/sources/case_file.py `FileFacts.digest`): one streaming pass, nothing kept."""
+        if self.is_local:
+            return "blake3:" + file_digest(self.path)
+        store, key = self.opened()
+        with open(os.devnull, "wb") as sink:
+            return "blake3:" + store.copy_to(key, sink)

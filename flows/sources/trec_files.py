@@ -107,28 +107,38 @@ def run_id_of(run_file: str | Path) -> str:
     return Path(str(run_file).rstrip("/").rsplit("/", 1)[-1].removesuffix(".gz")).stem
 
 
-def trec_source(run_file: Path | str, qrels: Path | str, run_id: str | None = None, *, top_k: int) -> TrecSource:
-    """The source of `run --trec-run run_file --qrels qrels` (each a local path or a URI): run
-    id `run_id` or the file's (`run_id_of`), created_at the run file's modification time,
-    retrieval_top_k `top_k`. Bad input (a missing file, an unsafe run id) is refused here,
-    before anything is written."""
-    files = []
-    for given, option in ((run_file, "--trec-run"), (qrels, "--qrels")):
-        stored = StoredFile.at(given)
-        if not stored.exists():
-            raise InputError(f"{given if stored.is_local else stored.location}: no such file ({option})")
-        files.append(stored if stored.is_local else StoredFile(stored.location, stored.head()))  # one HEAD each
-    run, judged = files
-    name = run_id if run_id is not None else run_id_of(run.location)
+def existing_input(given: Path | str, option: str) -> StoredFile:
+    """The input file a user named with `option` (a local path or a URI), refused when it is
+    not there; a remote one is asked about once (its HEAD), and that answer is kept."""
+    stored = StoredFile.at(given)
+    if not stored.exists():
+        raise InputError(f"{given if stored.is_local else stored.location}: no such file ({option})")
+    return stored if stored.is_local else StoredFile(stored.location, stored.head())
+
+
+def input_manifest(source: StoredFile, given: Path | str, run_id: str | None, *, top_k: int, config: dict) -> Manifest:
+    """The manifest of a run read from one input file that has none of its own: run id
+    `run_id` or the file's (`run_id_of`), created_at the file's modification time (an
+    object's as the store says), retrieval_top_k `top_k`. An unsafe run id is refused."""
+    name = run_id if run_id is not None else run_id_of(source.location)
     if not is_safe_run_id(name):
-        given = "--run-id" if run_id is not None else f"the name of {run_file}"
-        raise InputError(f"{given}: run id {name!r} is not a safe name ([A-Za-z0-9._-]+); give one with --run-id")
-    if run.is_local:
-        created = datetime.fromtimestamp(run.path.stat().st_mtime, UTC)
+        named = "--run-id" if run_id is not None else f"the name of {given}"
+        raise InputError(f"{named}: run id {name!r} is not a safe name ([A-Za-z0-9._-]+); give one with --run-id")
+    if source.is_local:
+        created = datetime.fromtimestamp(source.path.stat().st_mtime, UTC)
     else:
-        created = run.head().modified.astimezone(UTC)
-    manifest = Manifest(name, created.isoformat().replace("+00:00", "Z"), created, top_k, None, None,
-                        {"source": "trec", "trec_run": run.location, "qrels": judged.location})
+        created = source.head().modified.astimezone(UTC)
+    return Manifest(name, created.isoformat().replace("+00:00", "Z"), created, top_k, None, None, config)
+
+
+def trec_source(run_file: Path | str, qrels: Path | str, run_id: str | None = None, *, top_k: int) -> TrecSource:
+    """The source of `run --trec-run run_file --qrels qrels` (each a local path or a URI): the
+    run's manifest is `input_manifest`'s of the run file. Bad input (a missing file, an unsafe
+    run id) is refused here, before anything is written."""
+    run = existing_input(run_file, "--trec-run")
+    judged = existing_input(qrels, "--qrels")
+    manifest = input_manifest(run, run_file, run_id, top_k=top_k,
+                              config={"source": "trec", "trec_run": run.location, "qrels": judged.location})
     return TrecSource(manifest, run, judged)
 
 

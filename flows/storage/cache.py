@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 
 from .errors import CorruptObject
-from .hashing import checksum_of_stream
 from .store import Store
 
 DEFAULT_MAX_BYTES = 10 * 1024**3
@@ -38,8 +37,8 @@ def cached(store: Store, key: str, checksum: str, *, folder: Path | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     aside = path.with_name(f".{checksum}.{uuid.uuid4().hex[:12]}.aside")
     try:
-        with store.open_read(key) as reader, open(aside, "wb") as sink:
-            found = checksum_of_stream(reader, sink)
+        with open(aside, "wb") as sink:
+            found = store.copy_to(key, sink)
         if found != checksum:
             raise CorruptObject(f"{store}: {key}: the bytes read do not match their checksum {checksum}")
         os.replace(aside, path)

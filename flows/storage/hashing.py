@@ -5,6 +5,7 @@ store's objects, the warehouse's parts, the KB and the TREC files are all digest
 from __future__ import annotations
 
 import io
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, BinaryIO
 
@@ -62,9 +63,14 @@ def checksum_of_file(path: Path) -> str:
 
 def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:
     """The BLAKE3 hex digest of everything `reader` yields, copied into `sink` if given."""
+    return checksum_of_chunks(iter(lambda: reader.read(_HASH_BLOCK), b""), sink)
+
+
+def checksum_of_chunks(chunks: Iterable, sink: BinaryIO | None = None) -> str:
+    """The BLAKE3 hex digest of the bytes of `chunks` in order, copied into `sink` if given."""
     hasher = blake3(max_threads=blake3.AUTO)
-    while block := reader.read(_HASH_BLOCK):
-        block = bytes(block)
+    for chunk in chunks:
+        block = bytes(chunk)
         hasher.update(block)
         if sink is not None:
             sink.write(block)

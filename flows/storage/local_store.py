@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError
-from .hashing import checksum_of_bytes, checksum_of_file
+from .hashing import checksum_of_bytes, checksum_of_file, checksum_of_stream
 from .store import ObjectInfo
 
 _ASIDE_SUFFIX = ".aside"
@@ -59,6 +59,11 @@ class LocalStore:
         path = self.path_of(key)
         with _failures(path):
             return open(path, "rb")
+
+    def copy_to(self, key: str, sink: BinaryIO) -> str:
+        path = self.path_of(key)
+        with _failures(path), open(path, "rb") as handle:
+            return checksum_of_stream(handle, sink)
 
     def put(self, key: str, data: bytes | Path, *, overwrite: bool = False) -> str:
         path = self.path_of(key)

@@ -28,10 +28,11 @@ from obstore.store import AzureStore, GCSStore, S3Store
 
 from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError, StoreUnavailable, without_secrets
 from .locations import Location, strip_userinfo
-from .hashing import checksum_of_bytes, checksum_of_file
+from .hashing import checksum_of_bytes, checksum_of_chunks, checksum_of_file
 from .store import CHECKSUM_METADATA, ObjectInfo
 
 READ_BUFFER = 32 * 1024 * 1024
+STREAM_CHUNK = 8 * 1024 * 1024
 _CREDENTIALS_LIFETIME = datetime.timedelta(minutes=5)
 _RANGE_NOT_SATISFIABLE = "416 Range Not Satisfiable"
 
@@ -112,6 +113,10 @@ class ObjectStore:
         with _failures(self._where(key)):
             handle = obstore.open_reader(self._client, key, buffer_size=READ_BUFFER)
         return io.BufferedReader(_ObjectReader(handle, self._where(key)), buffer_size=READ_BUFFER)
+
+    def copy_to(self, key: str, sink: BinaryIO) -> str:
+        with _failures(self._where(key)):
+            return checksum_of_chunks(obstore.get(self._client, key).stream(min_chunk_size=STREAM_CHUNK), sink)
 
     def put(self, key: str, data: bytes | Path, *, overwrite: bool = False) -> str:
         checksum = checksum_of_file(data) if isinstance(data, Path) else checksum_of_bytes(data)

@@ -28,7 +28,8 @@ import polars as pl
 from ...transforms.errors import InputError
 from ..storage.errors import StoreError
 from .views import DamagedPart, checked_parts, derived_select_list
-from .warehouse import CATALOG_NAME, TABLES, State, Warehouse, union_by_name
+from ..storage.duckdb_filesystem import register_known_files
+from .warehouse import CATALOG_NAME, TABLES, PartFile, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
 META_TABLE = "_retrieval_eval"  # warehouse_id, log_version, root
@@ -117,10 +118,10 @@ def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:
     view per table naming the parts by absolute path, or by URI in a bucket."""
     con = duckdb.connect()
     try:
-        if warehouse.remote:  # binding a view reads its first file's footer, through the store
-            from ..storage.duckdb_filesystem import register_store  # deferred: s3fs is the s3 extra's
-
-            register_store(con, warehouse.store)
+        if warehouse.remote:  # binding a view reads its first file's footer: from the cache of parts
+            files = {warehouse.uri(part.path): (part.bytes, _opener(warehouse, part))
+                     for run in state.runs.values() for _, part in run.files()}
+            register_known_files(con, warehouse.location.scheme, files)
         con.execute("attach $path as catalog (storage_version $version)", {"path": str(path), "version": STORAGE_VERSION})
         con.execute("create table catalog._retrieval_eval (warehouse_id varchar, log_version bigint, root varchar)")
         con.execute(
@@ -144,6 +145,10 @@ def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:
         con.execute("detach catalog")
     finally:
         con.close()
+
+
+def _opener(warehouse: Warehouse, part: PartFile):
+    return lambda: open(warehouse.part_file(part), "rb")
 
 
 def write_catalog(warehouse: Warehouse, state: State) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 
 from ...transforms.errors import InputError
+from ...transforms.run_summary import IDENTITY_COUNTS
 from ..storage.duckdb_connection import connect
 from ..storage.errors import CorruptObject, NotFound
 from ..storage.hashing import file_digest
@@ -35,6 +36,8 @@ LATER_COLUMNS: dict[str, tuple[tuple[str, str, str | None, tuple[str, ...]], ...
         ("relevance_level", "NULL::BIGINT", "1::BIGINT", ()),  # every run was binary then
         ("kb_uri", "NULL::VARCHAR", None, ()),  # no KB recorded (flows/inputs/kb.py `recorded_kb`)
         ("kb_digest", "NULL::VARCHAR", None, ()),
+        # SPEC 15's identity counts: null for every run but another tool's
+        *((name, "NULL::BIGINT", None, ()) for name in IDENTITY_COUNTS),
     ),
     "cases": (
         ("question", "NULL::VARCHAR", None, ()),
@@ -46,6 +49,9 @@ LATER_COLUMNS: dict[str, tuple[tuple[str, str, str | None, tuple[str, ...]], ...
     ),
     "case_metrics": (
         ("gains_at_k", "NULL::STRUCT(rank INTEGER, grade BIGINT)[]", None, ()),
+    ),
+    "rejects": (
+        ("unit", "NULL::VARCHAR", "'line'", ()),  # every reject was a line then
     ),
 }
 

@@ -228,6 +228,18 @@ class Warehouse:
             return self.root / part.path
         return cached(self.store, self.key(part.path), part.blake3)
 
+    def put_part(self, part: PartFile) -> None:
+        """Put a part staged under `root` under its fresh key, then move it into the cache of
+        parts (a bucket's only): a writer on any machine, a Dask worker included, calls this
+        for its own parts, so that the commit puts none but those still staged here."""
+        staged = self.root / part.path
+        try:
+            self.store.put(self.key(part.path), staged)
+        except BaseException:
+            staged.unlink(missing_ok=True)  # its key is fresh: a retry writes another part
+            raise
+        keep(staged, part.blake3)
+
     def read_folders(self) -> list[Path]:
         """The local folders whose files a reader of this warehouse opens (its parts' copies
         for a bucket are in the cache of parts)."""
@@ -571,9 +583,9 @@ class Transaction:
 
     def _put_parts(self, runs: dict[str, RunCommit]) -> None:
         """Every part the commit names, durable in the store before the entry that names it:
-        flushed on local disk; for a bucket, put under its fresh key from where it was staged
-        (a part a Dask worker already put is there with the same bytes: not an error) and kept
-        in the cache of parts, so that the report reads it from here."""
+        flushed on local disk; for a bucket, each part still staged here put under its fresh key
+        (`put_part`: a task that wrote a part put it already, from wherever it ran) and kept in
+        the cache of parts, so that the report reads it from here."""
         parts = [part for change in runs.values() for table_parts in change.tables.values() for part in table_parts]
         if not self.warehouse.remote:
             for part in parts:
@@ -581,10 +593,7 @@ class Transaction:
             return
         staged = [part for part in parts if (self.root / part.path).exists()]
         with ThreadPoolExecutor(max_workers=4) as pool:
-            list(pool.map(lambda part: self.warehouse.store.put(self.warehouse.key(part.path), self.root / part.path),
-                          staged))
-        for part in staged:
-            keep(self.root / part.path, part.blake3)
+            list(pool.map(self.warehouse.put_part, staged))
 
 
 def write_checkpoint(warehouse: Warehouse, state: State) -> None:

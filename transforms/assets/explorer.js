@@ -241,6 +241,11 @@
       const known = Object.prototype.hasOwnProperty.call(meta.titles, cardId);
       text.append(" ", known ? el("span", "cx-title", meta.titles[cardId] || "") : el("span", "cx-title cx-not-in-kb", "not in the KB"));
     }
+    // a card another tool named by its text (SPEC 15): the text is the card
+    const texts = meta.texts || {};
+    if (Object.prototype.hasOwnProperty.call(texts, cardId)) {
+      text.append(" ", el("q", "cx-card-content", texts[cardId]));
+    }
     return text;
   }
 

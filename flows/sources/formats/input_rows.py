@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from ....transforms.errors import InputError
 from ....transforms.records import MAX_RECORD_BYTES
+from ..case_file import bounded_lines
 from .record import line_origin, row_origin
 
 PARQUET_BATCH_ROWS = 1024
@@ -50,12 +51,8 @@ def jsonl_rows(path: Path) -> Iterator[InputRow]:
     a problem by its line number, never held whole."""
     position = 0
     with open(path, "rb") as handle:
-        line = 0
-        while raw := handle.readline(MAX_RECORD_BYTES + 1):
-            line += 1
-            if len(raw) > MAX_RECORD_BYTES and not raw.endswith(b"\n"):
-                while raw and not raw.endswith(b"\n"):
-                    raw = handle.readline(MAX_RECORD_BYTES)
+        for line, (raw, overlong) in enumerate(bounded_lines(handle), start=1):
+            if overlong:
                 position += 1
                 yield InputRow(position, line_origin(path, line), problem=f"line longer than {MAX_RECORD_BYTES} bytes")
                 continue
