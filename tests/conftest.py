@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from builders import copy_sample, score
+from prefect_server import prefect_server  # noqa: F401  (the session's Prefect API)
 from s3_server import moto_endpoint, s3_bucket, store_under_test  # noqa: F401  (loopback S3 fixtures)
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.flows.warehouse.warehouse_check import audit_warehouse

@@ -28,13 +28,13 @@ import polars as pl
 import pytest
 from builders import SAMPLE_RUNS, cli, evaluate, reader, write_run
 from polars.testing import assert_frame_equal
+from prefect.settings import PREFECT_API_URL
 from retrieval_eval.flows.job import prefect_flows
 from retrieval_eval.flows.job.job import JobOptions
 from retrieval_eval.flows.storage import open_store
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from s3_server import free_port
 from test_inputs_on_object_storage import figures, upload
-from test_prefect_flows import prefect_server  # noqa: F401  (the session's Prefect API)
 from test_reliability import synthetic_cases
 
 WORKERS = 2
@@ -57,7 +57,7 @@ pytestmark = pytest.mark.skipif(unshare_refused() is not None, reason=str(unshar
 def cluster_without_the_drivers_disk(hidden: Path, api_url: str, logs: Path):
     """(scheduler address, worker processes): a scheduler and WORKERS workers without a nanny
     (a killed worker stays dead), each worker seeing an empty tmpfs at `hidden`."""
-    from distributed import Client
+    from distributed import Client  # deferred: the optional dask extra, needed only once a cluster starts
 
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
@@ -95,7 +95,7 @@ def cluster_without_the_drivers_disk(hidden: Path, api_url: str, logs: Path):
 
 
 @pytest.fixture
-def cluster(prefect_server, s3_bucket, tmp_path_factory, monkeypatch):  # noqa: F811
+def cluster(prefect_server, s3_bucket, tmp_path_factory, monkeypatch):
     """A cluster of workers that share no disk with this process, reporting to its Prefect API
     and reaching the test's bucket; this process's own cache is in the hidden folders too."""
     hidden = tmp_path_factory.getbasetemp()
@@ -164,8 +164,6 @@ def test_the_command_with_everything_in_the_bucket_gives_the_figures_of_the_comm
     local = cli("run", f"s3://{s3_bucket}/runs", "--warehouse", str(tmp_path / "wh"), "--report-dir",
                 str(tmp_path / "report-local"), "--json", env=env)
     assert local.returncode == 0, local.stderr
-    from prefect.settings import PREFECT_API_URL
-
     remote = cli("run", f"s3://{s3_bucket}/runs", "--warehouse", f"s3://{s3_bucket}/wh", "--report-dir",
                  str(tmp_path / "report"), "--dask-address", address, "--json",
                  env={**env, "PREFECT_API_URL": PREFECT_API_URL.value()})
@@ -179,8 +177,6 @@ def test_local_paths_the_workers_do_not_see_are_exit_2_naming_the_path(cluster, 
     address, _ = cluster
     runs = tmp_path / "runs"
     write_run(runs, "small", lines=synthetic_cases(10))
-    from prefect.settings import PREFECT_API_URL
-
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}, "PREFECT_API_URL": PREFECT_API_URL.value()}
     result = cli("run", str(runs), "--warehouse", str(tmp_path / "wh"), "--report-dir", str(tmp_path / "report"),
                  "--dask-address", address, env=env)

@@ -94,15 +94,26 @@ def test_one_run_folder_on_s3_is_that_run_alone(sample_on_s3, tmp_path):
 
 
 def test_the_gate_reads_a_runs_own_kb_back_from_its_uri(sample_on_s3, tmp_path):
-    """`gate` judges flips against the KB the run recorded (`runs.kb_uri`), here an object."""
-    code, _, stderr = run_json(f"{sample_on_s3}/runs", "--kb", f"{sample_on_s3}/kb/cards.jsonl",
+    """`gate` judges flips against the KB the run recorded (`runs.kb_uri`), here an object:
+    read back as it was, it says nothing of it; replaced in the bucket, it says the run's KB
+    has changed (SPEC 16), naming its URI."""
+    kb = f"{sample_on_s3}/kb/cards.jsonl"
+    code, _, stderr = run_json(f"{sample_on_s3}/runs", "--kb", kb,
                                "--warehouse", str(tmp_path / "wh"), "--report-dir", str(tmp_path / "rep"))
     assert code == 0, stderr
-    gated = cli("gate", NEWEST, "--baseline", str(SAMPLE / "baselines" / "baseline.json"),
-                "--warehouse", str(tmp_path / "wh"), "--format", "json")
-    assert gated.returncode in (0, 1), gated.stderr
-    assert "is gone" not in gated.stdout + gated.stderr and "has changed" not in gated.stdout + gated.stderr
-    assert "Traceback" not in gated.stderr
+
+    def gate_warnings() -> list[str]:
+        gated = cli("gate", NEWEST, "--baseline", str(SAMPLE / "baselines" / "baseline.json"),
+                    "--warehouse", str(tmp_path / "wh"), "--format", "json")
+        assert gated.returncode == 1, gated.stderr  # the sample's newest run regresses on pt-BR
+        return [warning for warning in json.loads(gated.stdout)["warnings"] if "KB" in warning]
+
+    assert gate_warnings() == []  # its own KB, read from the bucket with the bytes recorded
+    store, key = open_store(kb)
+    store.put(key, store.get(key) + b"\n", overwrite=True)  # a blank line more: other bytes, the same cards
+    [note] = gate_warnings()
+    assert f"run {NEWEST}'s KB {kb} has changed since the run" in note, note
+    assert "no flip could be judged gold_not_in_kb" in note, note
 
 
 def test_a_trec_run_and_qrels_on_s3_give_the_figures_of_the_same_files_on_disk(s3_bucket, tmp_path):
@@ -155,18 +166,28 @@ def test_an_unchanged_run_on_s3_is_not_downloaded_again(sample_on_s3, s3_bucket,
     log = moto_log(tmp_path_factory)
     args = ["run", f"{sample_on_s3}/runs", "--warehouse", str(tmp_path / "wh"), "--report-dir", str(tmp_path / "rep"),
             "--quiet"]
+    manifest_store, manifest_key = open_store(f"{sample_on_s3}/runs/{NEWEST}/manifest.json")
+    manifest_bytes = manifest_store.get(manifest_key)
     before = gets_of(log, s3_bucket, "cases.jsonl")
+    before_manifests = gets_of(log, s3_bucket, "manifest.json")
     first = cli(*args)
     assert first.returncode == 0, first.stderr
     after_first = gets_of(log, s3_bucket, "cases.jsonl")
     assert after_first - before >= 4  # each run's cases file was read (the count sees them)
+    manifests = gets_of(log, s3_bucket, "manifest.json")
+    assert manifests - before_manifests >= 4  # the first run read every manifest
     shutil.rmtree(tmp_path / "wh" / ".scratch", ignore_errors=True)
     second = cli(*args)
     assert second.returncode == 0, second.stderr
     assert gets_of(log, s3_bucket, "cases.jsonl") == after_first
+    # Nor a manifest: each is taken from what its committed run recorded (SPEC 14: no read per
+    # committed run).
+    assert gets_of(log, s3_bucket, "manifest.json") == manifests
     # A replaced object (a new etag) is read again, even with the same size.
     store, prefix = open_store(f"{sample_on_s3}/runs/{NEWEST}/cases.jsonl")
     store.put(prefix, store.get(prefix) + b"\n", overwrite=True)  # a blank line more: other bytes
+    manifest_store.put(manifest_key, manifest_bytes + b"\n", overwrite=True)  # the same manifest, other bytes
     third = cli(*args)
     assert third.returncode == 0, third.stderr
     assert gets_of(log, s3_bucket, "cases.jsonl") > after_first
+    assert gets_of(log, s3_bucket, "manifest.json") == manifests + 1  # that one manifest (a new etag), read again

@@ -2,16 +2,20 @@
 the real command runs end to end against the loopback S3 (moto), in this process and as a
 tracked Prefect run, writing its report, exports and baseline to the bucket; then every byte
 it left is searched for those values: its stdout and stderr, every object of the bucket
-(Parquet decoded, metadata included), every file of the warehouses (Parquet decoded, the
-catalog opened with DuckDB: every view's definition and every table's rows), and the Prefect
-run's database and what its API says (parameters, task runs, artifacts, logs).
+(the warehouse's log, pending markers, `_summary/` and parts, Parquet decoded, metadata
+included; its `catalog.duckdb` opened with DuckDB), every file of the local warehouse and of
+the machine's work folder (`$XDG_CACHE_HOME/retrieval-eval`: the bucket warehouse's
+`warehouses/…` folder and the cache of parts; Parquet decoded, each catalog opened with
+DuckDB: every view's definition and every table's rows), and the Prefect run's database and
+what its API says (parameters, task runs, artifacts, logs).
 
 A secret in a URI's user information is refused by every option that takes a location, and
 the refusal does not repeat it; nor does the error of a put to an endpoint that carries one.
 
-The in-process run reads its runs, KB and baseline from the bucket; the warehouses are on
-local disk (the warehouse on S3 is not in place yet), the outputs (report folders, `export
---out`, `baseline refresh --out`) on S3.
+The in-process commands (run, export, baseline refresh, query) run against a warehouse on
+local disk and against one in the bucket; the run reads its runs, KB and baseline from the
+bucket. The tracked run writes its warehouse to the bucket. The outputs (report folders,
+`export --out`, `baseline refresh --out`) are on S3.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def environment(s3_bucket, tmp_path) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith("PREFECT_")}
     env.update(SECRETS)
     env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg-cache")  # the machine's work folder and cache of parts
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     return env
 
@@ -82,16 +87,21 @@ def decoded(name: str, data: bytes) -> bytes:
     return (str(table.to_pylist()) + str(table.schema.metadata)).encode()
 
 
-def bucket_contents(bucket: str) -> dict[str, bytes]:
+def bucket_contents(bucket: str, scratch: Path | None = None) -> dict[str, bytes]:
     """Every object of the bucket (read with boto3, not through the project's store), decoded,
-    with its user metadata."""
+    with its user metadata; each DuckDB catalog also opened with DuckDB from a copy in `scratch`."""
     client = boto3.client("s3")
     contents = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
         for entry in page.get("Contents", []):
             got = client.get_object(Bucket=bucket, Key=entry["Key"])
-            body = decoded(entry["Key"], got["Body"].read())
-            contents[f"s3://{bucket}/{entry['Key']}"] = body + json.dumps(got.get("Metadata", {})).encode()
+            data = got["Body"].read()
+            name = f"s3://{bucket}/{entry['Key']}"
+            contents[name] = decoded(entry["Key"], data) + json.dumps(got.get("Metadata", {})).encode()
+            if entry["Key"].endswith(".duckdb") and scratch is not None:
+                copy = scratch / f"catalog-{len(contents)}.duckdb"
+                copy.write_bytes(data)
+                contents[f"{name} (views and tables)"] = catalog_dump(copy).encode()
     return contents
 
 
@@ -132,7 +142,8 @@ def test_no_secret_reaches_output_report_warehouse_catalog_or_prefect(sample_cop
     bucket = f"s3://{s3_bucket}"
     uploaded(s3_bucket, sample_copy, "inputs")
     uploaded(s3_bucket, SAMPLE_BASELINE.parent, "inputs/baselines")
-    local, tracked = tmp_path / "wh-local", tmp_path / "wh-tracked"
+    warehouses = {"local": str(tmp_path / "wh-local"), "bucket": f"{bucket}/wh"}
+    tracked = f"{bucket}/wh-tracked"
     said: dict[str, str] = {}
 
     def command(name: str, *args: str, expect: int = 0) -> None:
@@ -140,31 +151,40 @@ def test_no_secret_reaches_output_report_warehouse_catalog_or_prefect(sample_cop
         assert result.returncode == expect, (name, result.stdout[-2000:], result.stderr)
         said[f"{name}: stdout"], said[f"{name}: stderr"] = result.stdout, result.stderr
 
-    # The sample's newest run regresses on pt-BR: the gate against the sample baseline fails.
-    command("run", "run", f"{bucket}/inputs/runs", "--kb", f"{bucket}/inputs/kb/cards.jsonl", "--warehouse",
-            str(local), "--report-dir", f"{bucket}/reports/local", "--baseline",
-            f"{bucket}/inputs/baselines/{SAMPLE_BASELINE.name}", expect=1)
-    command("tracked run", "run", str(runs), "--kb", str(kb), "--warehouse", str(tracked), "--report-dir",
+    for where, warehouse in warehouses.items():
+        # The sample's newest run regresses on pt-BR: the gate against the sample baseline fails.
+        command(f"run ({where})", "run", f"{bucket}/inputs/runs", "--kb", f"{bucket}/inputs/kb/cards.jsonl",
+                "--warehouse", warehouse, "--report-dir", f"{bucket}/reports/{where}", "--baseline",
+                f"{bucket}/inputs/baselines/{SAMPLE_BASELINE.name}", expect=1)
+        command(f"export parquet ({where})", "export", newest, "--format", "parquet", "--out",
+                f"{bucket}/exports/{where}/run.parquet", "--warehouse", warehouse)
+        command(f"export trec-run ({where})", "export", newest, "--format", "trec-run", "--out",
+                f"{bucket}/exports/{where}/run.trec", "--warehouse", warehouse)
+        command(f"baseline refresh ({where})", "baseline", "refresh", newest, "--out",
+                f"{bucket}/baselines/{where}/baseline.json", "--warehouse", warehouse)
+        command(f"query ({where})", "query", "select * from runs", "--format", "json", "--warehouse", warehouse)
+    command("tracked run", "run", str(runs), "--kb", str(kb), "--warehouse", tracked, "--report-dir",
             f"{bucket}/reports/tracked", "--prefect", "--json")
-    command("export parquet", "export", newest, "--format", "parquet", "--out", f"{bucket}/exports/run.parquet",
-            "--warehouse", str(local))
-    command("export trec-run", "export", newest, "--format", "trec-run", "--out", f"{bucket}/exports/run.trec",
-            "--warehouse", str(local))
-    command("baseline refresh", "baseline", "refresh", newest, "--out", f"{bucket}/baselines/baseline.json",
-            "--warehouse", str(local))
-    command("query", "query", "select * from runs", "--format", "json", "--warehouse", str(local))
 
-    objects = bucket_contents(s3_bucket)
-    for folder in ("reports/local", "reports/tracked"):
+    objects = bucket_contents(s3_bucket, tmp_path)
+    for folder in ("reports/local", "reports/bucket", "reports/tracked"):
         assert {f"{bucket}/{folder}/report.md", f"{bucket}/{folder}/report.html"} <= set(objects)
-    assert {f"{bucket}/exports/run.parquet", f"{bucket}/exports/run.trec",
-            f"{bucket}/baselines/baseline.json"} <= set(objects)
-    assert f"Report written to {bucket}/reports/local/report.md and {bucket}/reports/local/report.html" \
-        in said["run: stdout"]
+    for where in warehouses:
+        assert {f"{bucket}/exports/{where}/run.parquet", f"{bucket}/exports/{where}/run.trec",
+                f"{bucket}/baselines/{where}/baseline.json"} <= set(objects)
+        assert f"Report written to {bucket}/reports/{where}/report.md and {bucket}/reports/{where}/report.html" \
+            in said[f"run ({where}): stdout"]
+    # What was scanned of the warehouses in the bucket: each one's log, summary, parts and catalog.
+    for warehouse in (warehouses["bucket"], tracked):
+        assert f"{warehouse}/_log/00000000000000000001.json" in objects
+        assert any(name.startswith(f"{warehouse}/_summary/") for name in objects)
+        assert any(name.startswith(f"{warehouse}/case_metrics/") and name.endswith(".parquet") for name in objects)
+        assert "create view" in objects[f"{warehouse}/catalog.duckdb (views and tables)"].decode().lower()
 
-    warehouses = {**folder_contents(local), **folder_contents(tracked)}
-    catalogs = [name for name in warehouses if name.endswith("(views and tables)")]
-    assert len(catalogs) == 2 and all("create view" in warehouses[name].decode().lower() for name in catalogs)
+    work_folder = Path(environment["XDG_CACHE_HOME"]) / "retrieval-eval"
+    on_disk = {**folder_contents(Path(warehouses["local"])), **folder_contents(work_folder)}
+    assert [name for name in on_disk if name.endswith("(views and tables)")]  # the local warehouse's catalog
+    assert any(Path(name).is_relative_to(work_folder / "warehouses") for name in on_disk)
 
     record = prefect_record(environment)
     [flow_run] = record["flow_runs"]
@@ -172,7 +192,7 @@ def test_no_secret_reaches_output_report_warehouse_catalog_or_prefect(sample_cop
     folder_artifacts = [a for a in record["artifacts"] if a["key"] == "retrieval-eval-report-folder"]
     assert [a["data"] for a in folder_artifacts] == [f"[{bucket}/reports/tracked]({bucket}/reports/tracked)"]
 
-    sources = {**said, **objects, **warehouses, "prefect API": json.dumps(record),
+    sources = {**said, **objects, **on_disk, "prefect API": json.dumps(record),
                **folder_contents(Path(environment["PREFECT_HOME"]))}
     found = leaks(sources)
     assert not found, found

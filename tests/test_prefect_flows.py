@@ -42,15 +42,6 @@ RUN_IDS = sorted(p.name for p in SAMPLE_RUNS.iterdir() if (p / "manifest.json").
 ARTIFACT_KEYS = [prefect_flows.REPORT_ARTIFACT, prefect_flows.HEADLINE_ARTIFACT, prefect_flows.FOLDER_ARTIFACT]
 
 
-@pytest.fixture(scope="session")
-def prefect_server():
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=90):
-        yield PREFECT_API_URL.value()
-
-
 def sample_options(root: Path, run_ids: list[str] = RUN_IDS, name: str = "warehouse", **options):
     runs = root / "runs"
     for run_id in run_ids:
@@ -171,6 +162,35 @@ def test_a_successful_dask_run_prints_no_traceback(prefect_server, tmp_path, ser
     assert process.returncode == 0, stderr
     assert "Traceback" not in stderr and "INFO" not in stderr, stderr
     assert "What changed" in stdout
+
+
+def test_a_trec_run_and_another_tools_export_are_tracked_runs_like_run_folders(prefect_server, tmp_path):
+    # With PREFECT_API_URL set, `run` is a tracked flow run whatever its source: --trec-run (the
+    # flow's parameters carry it as --source trec) and --source beir give the figures of the
+    # same command in this process. Ranks by trec_eval's rule (score descending): q1 ranks a
+    # (2.0) then b (1.0), gold b: RR@10 = 1/2; q2 ranks c, gold c: RR@10 = 1.
+    run = tmp_path / "r.run"
+    run.write_text("q1 Q0 a 1 2.0 t\nq1 Q0 b 2 1.0 t\nq2 Q0 c 1 1.0 t\n")
+    qrels = tmp_path / "q.qrels"
+    qrels.write_text("q1 0 b 1\nq2 0 c 1\n")
+    beir = Path(__file__).parent / "fixtures" / "sources" / "beir"
+    sources = {"trec": ("--trec-run", str(run), "--qrels", str(qrels)),
+               "beir": ("--source", "beir", str(beir / "results.json"), "--qrels", str(beir / "qrels.tsv"),
+                        "--allow-rejects")}
+    for name, args in sources.items():
+        figures = {}
+        for mode, api_url in (("tracked", prefect_server), ("in-process", None)):
+            warehouse = tmp_path / f"{name}-{mode}"
+            process = command("run", *args, "--warehouse", str(warehouse), "--report-dir", str(tmp_path / f"rep-{name}-{mode}"),
+                              "--quiet", api_url=api_url)
+            _, stderr = process.communicate(timeout=300)
+            assert process.returncode == 0, stderr
+            assert ("flow run" in stderr) == (mode == "tracked"), stderr
+            figures[mode] = view(warehouse, "case_metrics").drop("run_id")
+        assert_frame_equal(figures["tracked"], figures["in-process"])
+        if name == "trec":
+            rr = dict(figures["tracked"].filter(pl.col("k") == 10).select("case_id", "reciprocal_rank_at_k").iter_rows())
+            assert rr == {"q1": 0.5, "q2": 1.0}
 
 
 def test_bad_input_met_on_a_dask_worker_is_the_commands_one_line(prefect_server, tmp_path):

@@ -1,30 +1,78 @@
 """`run --source FORMAT INPUT [--qrels FILE]` (SPEC 15) through the real command, on each
-format's fixture (tests/fixtures/sources/README.md): the figures in the warehouse equal those
-of the format's reader scored by `retrieval_eval.evaluate` (which
-tests/test_source_formats_reference.py holds to trec_eval); the fixture's bad record refuses
-the run (exit 2) naming the reader's origin, and lands in the `rejects` view; a format that
-stores no gold needs --qrels; an input in a bucket reads as a local one, and an unchanged
-re-run reads nothing; the `runs` row counts how cards were identified (null for run
-folders); the explorer shows the text of a content-identified card, escaped."""
+format's fixture (tests/fixtures/sources/README.md): the figures in the warehouse and the
+identity counts of the `runs` row equal those worked out by hand from the fixture below
+(tests/test_source_formats_reference.py holds the readers' cases to trec_eval); the
+fixture's bad record refuses the run (exit 2) naming the reader's origin, and lands in the
+`rejects` view; a format that stores no gold needs --qrels; an input in a bucket reads as a
+local one, and an unchanged re-run reads nothing; the `runs` row counts how cards were
+identified (null for run folders); the explorer shows the text of a content-identified
+card, escaped."""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from builders import cli, reader, write_run
-from retrieval_eval.flows.sources.formats import READERS
 from retrieval_eval.flows.sources.formats.identity import content_id
 from retrieval_eval.flows.storage import open_store
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.run_summary import IDENTITY_COUNTS
 from test_inputs_on_object_storage import gets_of, moto_log
-from test_source_formats_reference import FIXTURES, INPUTS, K, cases_of, per_case
+from test_source_formats_reference import FIXTURES, INPUTS, K
 
 METRICS = ("hit_at_k", "recall_at_k", "ndcg_at_k", "precision_at_k", "reciprocal_rank_at_k", "first_relevant_rank")
+# The figures at k = 10 of a case (METRICS' order), by hand (SPEC 2.6, precision divided by
+# k = 10): one gold card, found at rank 1 or at rank 2 (nDCG 1 / log2(3): IDCG is 1); or none
+# found, or nothing retrieved (a case only the qrels know).
+AT_1 = (1.0, 1.0, 1.0, 0.1, 1.0, 1)
+AT_2 = (1.0, 1.0, 1 / math.log2(3), 0.1, 0.5, 2)
+MISS = (0.0, 0.0, 0.0, 0.0, 0.0, None)
+# ranx q1: d3, d1, d2 with grades d1 = 2, d2 = 1: both found, first at rank 2;
+# DCG = 2/log2(3) + 1/log2(4), IDCG = 2/log2(2) + 1/log2(3).
+RANX_Q1 = (1.0, 1.0, (2 / math.log2(3) + 0.5) / (2 + 1 / math.log2(3)), 0.2, 0.5, 2)
+RANX = ({"q1": RANX_Q1, "q2": AT_2, "q9": MISS},  # q2: d8, d7 (a tie, doc id descending), gold d7
+        {"retrieved_by_id": 5, "gold_by_id": 4})  # retrieved q1 3 + q2 2; judged q1 2 + q2 1 + q9 1
+# Each fixture's valid cases (its bad record left out), and the identity counts of the `runs`
+# row (a count not named is 0), with where each comes from.
+EXPECTED = {
+    # q1: d1, d3, d2 (d3 and d2 tie: doc id descending); gold d3 (grade 1) and d9 (grade 2, never
+    # retrieved): recall 1/2, DCG 1/log2(3), IDCG 2/log2(2) + 1/log2(3). q2: d4, d5, gold d5. q3:
+    # unjudged, no row. q4: only in the qrels. Retrieved q1 3 + q2 2 ids; judged q1 2 + q2 1 + q4 1
+    # (the qrels line giving q2 d6 the grade "one" is rejected).
+    "beir/results.json": ({"q1": (1.0, 0.5, (1 / math.log2(3)) / (2 + 1 / math.log2(3)), 0.1, 0.5, 2),
+                           "q2": AT_2, "q4": MISS},
+                          {"retrieved_by_id": 5, "gold_by_id": 4}),
+    "ranx/run.json": RANX,
+    "ranx/run.trec": RANX,  # the same run as TREC lines; line 6 (d9, no score) is rejected
+    # row-1: reference_contexts "Paris  is in\tFrance.\n" is the first retrieved text once
+    # normalised; row with id 7: ids c1, 2, gold 2; row-4 (older names): gold "Old text two" at
+    # rank 2. Retrieved: row-1 2 texts, id 7 2 ids, row-4 2 texts; gold: 1 text, 1 id, 1 text.
+    "ragas/dataset.jsonl": ({"row-1": AT_1, "7": AT_2, "row-4": AT_2},
+                            {"retrieved_by_id": 2, "retrieved_by_content": 4, "gold_by_id": 1,
+                             "gold_by_content": 2}),
+    # row-1: gold "Paris is in France." retrieved first; row-3 has no reference: no row.
+    # Retrieved row-1 2 + row-3 1 texts; gold 1 text.
+    "ragas/dataset.csv": ({"row-1": AT_1}, {"retrieved_by_content": 3, "gold_by_content": 1}),
+    # r1: docs/a.md, docs/b.md, gold docs/b.md (doc_uri: metadata); r2: "Same\u00a0 text" is
+    # "Same text", retrieved first (content); row-4: ids id-1, id-2, gold id-2.
+    "mlflow/eval_results_table.json": ({"r1": AT_2, "r2": AT_1, "row-4": AT_2},
+                                       {"retrieved_by_id": 2, "retrieved_by_metadata": 2, "retrieved_by_content": 2,
+                                        "gold_by_id": 1, "gold_by_metadata": 1, "gold_by_content": 1}),
+    # test_case_0: Alpha, Beta, gold Beta; row-3: Delta, gold Epsilon, a miss. Texts: retrieved
+    # 2 + 1, gold 1 + 1.
+    "deepeval/latest_test_run.json": ({"test_case_0": AT_2, "row-3": MISS},
+                                      {"retrieved_by_content": 3, "gold_by_content": 2}),
+    # c1: d1, d2, gold d2; t2 (its trace id): "Some  text" then kb/7 (metadata doc_uri), gold
+    # kb/7; c3: only in the qrels. Retrieved 2 ids, 1 metadata, 1 text; the qrels' 3 ids.
+    "openinference/spans.jsonl": ({"c1": AT_2, "t2": AT_2, "c3": MISS},
+                                  {"retrieved_by_id": 2, "retrieved_by_metadata": 1, "retrieved_by_content": 1,
+                                   "gold_by_id": 3}),
+}
 # Each fixture's bad record (tests/test_source_formats.py names the same ones at the reader):
 # the file it is in, the line or row number the `rejects` view holds, and how the message names it.
 BAD_RECORDS = {
@@ -46,19 +94,6 @@ def source_args(format_name: str, name: str, qrels: str | None, base: Path | str
     return args + (["--qrels", f"{base}/{qrels}"] if qrels else [])
 
 
-def reader_identity(format_name: str, name: str, qrels: str | None) -> dict[str, int]:
-    """The identity counts of the reader's valid cases, summed (what the `runs` row must hold)."""
-    records = READERS[format_name](FIXTURES / name, qrels=FIXTURES / qrels if qrels else None)
-    total = dict.fromkeys(IDENTITY_COUNTS, 0)
-    for record in records:
-        if record.case is None:
-            continue
-        for side, counts in (("retrieved", record.retrieved_by), ("gold", record.gold_by)):
-            for method in ("id", "metadata", "content"):
-                total[f"{side}_by_{method}"] += getattr(counts, method)
-    return total
-
-
 @pytest.mark.parametrize(("format_name", "name", "qrels"), INPUTS, ids=[name for _, name, _ in INPUTS])
 def test_each_format_end_to_end(tmp_path, format_name, name, qrels):
     warehouse, reports = str(tmp_path / "wh"), str(tmp_path / "rep")
@@ -75,18 +110,19 @@ def test_each_format_end_to_end(tmp_path, format_name, name, qrels):
 
     loaded = cli("run", *source_args(format_name, name, qrels), *where, "--allow-rejects", "--quiet")
     assert loaded.returncode == 0, loaded.stderr
-    expected = per_case(cases_of(format_name, name, qrels))
+    expected, identity = EXPECTED[name]
     with reader(warehouse) as con:
-        rows = con.execute(f"select case_id, {', '.join(METRICS)} from case_metrics where run_id = 'r1' and k = ?",
-                           [K]).fetchall()
-        run = con.execute(f"select headline_k, {', '.join(IDENTITY_COUNTS)} from runs where run_id = 'r1'").fetchone()
-    ours = {row[0]: dict(zip(METRICS, row[1:], strict=True)) for row in rows}
+        rows = con.execute("select case_id, hit_at_k, recall_at_k, ndcg_at_k, precision_at_k, reciprocal_rank_at_k,"
+                           " first_relevant_rank from case_metrics where run_id = ? and k = ?", ["r1", K]).fetchall()
+        run = con.execute("select headline_k, retrieved_by_id, retrieved_by_metadata, retrieved_by_content, gold_by_id,"
+                          " gold_by_metadata, gold_by_content from runs where run_id = ?", ["r1"]).fetchone()
+    ours = {row[0]: row[1:] for row in rows}
     assert set(ours) == set(expected)
     for case_id, figures in ours.items():
-        for metric in METRICS:
-            assert figures[metric] == pytest.approx(expected[case_id][metric], abs=1e-12), (case_id, metric)
+        assert figures == pytest.approx(expected[case_id], abs=1e-12), case_id
     assert run[0] == K  # the headline k without --k
-    assert dict(zip(IDENTITY_COUNTS, run[1:], strict=True)) == reader_identity(format_name, name, qrels)
+    expected_identity = {count: identity.get(count, 0) for count in IDENTITY_COUNTS}
+    assert dict(zip(IDENTITY_COUNTS, run[1:], strict=True)) == expected_identity
 
 
 @pytest.mark.parametrize(("format_name", "name"), [("beir", "beir/results.json"), ("ranx", "ranx/run.json"),
@@ -121,12 +157,12 @@ def test_an_input_in_a_bucket_reads_as_a_local_one_and_an_unchanged_rerun_reads_
     where = ["--warehouse", str(warehouse), "--report-dir", str(tmp_path / "rep"), "--allow-rejects", "--quiet"]
     first = cli("run", *source_args("beir", "beir/results.json", "beir/qrels.tsv", base), *where)
     assert first.returncode == 0, first.stderr
-    expected = per_case(cases_of("beir", "beir/results.json", "beir/qrels.tsv"))
+    expected, _ = EXPECTED["beir/results.json"]
     with reader(warehouse) as con:
         rows = con.execute("select case_id, hit_at_k, ndcg_at_k from case_metrics where k = 10").fetchall()
         rejected = con.execute("select source_file, line from rejects").fetchall()
     assert {row[0]: row[1:] for row in rows} == {
-        case_id: (figures["hit_at_k"], pytest.approx(figures["ndcg_at_k"])) for case_id, figures in expected.items()}
+        case_id: (figures[0], pytest.approx(figures[2])) for case_id, figures in expected.items()}
     assert (f"{base}/beir/results.json", 4) in rejected and (f"{base}/beir/qrels.tsv", 6) in rejected
 
     log = moto_log(tmp_path_factory)
@@ -145,7 +181,8 @@ def test_a_run_folder_has_no_identity_counts(tmp_path):
                  str(tmp_path / "rep"), "--quiet")
     assert result.returncode == 0, result.stderr
     with reader(tmp_path / "wh") as con:
-        assert con.execute(f"select {', '.join(IDENTITY_COUNTS)} from runs").fetchall() == [(None,) * 6]
+        assert con.execute("select retrieved_by_id, retrieved_by_metadata, retrieved_by_content, gold_by_id,"
+                           " gold_by_metadata, gold_by_content from runs").fetchall() == [(None,) * 6]
 
 
 class ScriptData(HTMLParser):

@@ -12,7 +12,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from retrieval_eval.flows.sources.format_sources import FORMAT_SOURCES
 from retrieval_eval.flows.sources.formats import READERS
+from retrieval_eval.flows.sources.formats.input_rows import PARQUET_BATCH_ROWS
 from retrieval_eval.flows.sources.formats.identity import content_id
 from retrieval_eval.flows.sources.formats.record import IdentityCounts
 from retrieval_eval.transforms.errors import InputError
@@ -85,11 +87,23 @@ def test_ragas_csv_list_cells_are_python_literals():
     assert rejects == {"ragas/dataset.csv:row 2": "column retrieved_contexts: not a list (a Python literal or JSON)"}
 
 
-def test_ragas_parquet_is_read_in_row_batches(tmp_path):
+def test_ragas_parquet_is_read_in_row_batches(tmp_path, monkeypatch):
     rows = [{"user_input": "q", "retrieved_contexts": ["x", "y"], "reference_contexts": ["y"]}] * 1500
     pq.write_table(pa.Table.from_pylist(rows), tmp_path / "dataset.parquet", row_group_size=500)
+    batches: list[int] = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def counted(self, *args, **kwargs):  # the real iter_batches, each batch's row count noted
+        for batch in iter_batches(self, *args, **kwargs):
+            batches.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counted)
     cases, rejects = read("ragas", "dataset.parquet", folder=tmp_path)
     assert len(cases) == 1500 and not rejects
+    # Never the whole file at once: batches of at most PARQUET_BATCH_ROWS (1024) rows, within
+    # row groups of 500 rows.
+    assert len(batches) > 1 and max(batches) <= PARQUET_BATCH_ROWS and sum(batches) == 1500
     assert ranking(cases["row-1500"]) == [content_id("x"), content_id("y")]
 
 
@@ -147,8 +161,11 @@ def test_openinference_parquet_in_phoenix_dataframe_columns(tmp_path):
 @pytest.mark.parametrize(("format_name", "name"), [
     ("openinference", "openinference/spans.jsonl"), ("beir", "beir/results.json"), ("ranx", "ranx/run.json")])
 def test_a_format_without_gold_needs_qrels(format_name, name):
-    with pytest.raises(InputError, match="--qrels"):
-        list(READERS[format_name](FIXTURES / name, qrels=None))
+    # The rule is the source's (format_sources.py `needs_qrels`), checked before any reading.
+    with pytest.raises(InputError, match=f"^{FIXTURES / name}: a {format_name} input holds no gold: .*--qrels"):
+        FORMAT_SOURCES[format_name](FIXTURES / name, top_k=10)
+    (with_gold,) = FORMAT_SOURCES["ragas"](FIXTURES / "ragas/dataset.jsonl", top_k=10)
+    assert with_gold.qrels is None
 
 
 def test_qrels_given_to_a_format_with_gold_replace_its_gold(tmp_path):

@@ -5,7 +5,10 @@ the BEIR and ranx fixtures, computed by hand below.
 The run given to trec_eval keeps each format's own scores where every item has one (BEIR
 and ranx: so trec_eval's tie rule checks the readers' ranking) and otherwise scores items
 by rank (n − rank), as ragas, MLflow and DeepEval store none. Gold is graded where the case
-says `relevance`, else each gold card has grade 1. hit@10 is trec_eval's success_10."""
+says `relevance`, else each gold card has grade 1. hit@10 is trec_eval's success_10.
+pytrec_eval has no `-c`: a labelled case that retrieved nothing is not given to it, and
+scores 0 on every metric here, as `trec_eval -c` counts it; every case pytrec_eval was given
+must come back from it, and every labelled case, and no other, has a row of ours."""
 
 from __future__ import annotations
 
@@ -42,30 +45,47 @@ def per_case(cases: list[dict]) -> dict[str, dict[str, float]]:
     return {row["case_id"]: row for row in metrics.iter_rows(named=True)}
 
 
-def trec_qrels_and_run(cases: list[dict]) -> tuple[dict, dict]:
-    qrels, run = {}, {}
+def trec_qrels_and_run(cases: list[dict]) -> tuple[dict, dict, set[str]]:
+    """The labelled cases as pytrec_eval's qrels and run, and the labelled cases that retrieved
+    nothing (left out of both)."""
+    qrels, run, retrieved_nothing = {}, {}, set()
     for case in cases:
         gold = case.get("relevance") or {card: 1 for card in case.get("relevant_ids") or case.get("must_cite_one_of") or []}
         items = case["retrieved_context"]
-        if not gold or not items:
+        if not gold:
+            continue
+        if not items:
+            retrieved_nothing.add(case["case_id"])
             continue
         qrels[case["case_id"]] = gold
         own_scores = all("score" in item for item in items)
         run[case["case_id"]] = {item["id"]: float(item["score"] if own_scores else len(items) - rank)
                                 for rank, item in enumerate(items)}
-    return qrels, run
+    return qrels, run, retrieved_nothing
 
 
 @pytest.mark.parametrize(("format_name", "name", "qrels"), INPUTS, ids=[name for _, name, _ in INPUTS])
 def test_each_format_agrees_with_trec_eval(format_name, name, qrels):
     cases = cases_of(format_name, name, qrels)
-    qrels_dict, run = trec_qrels_and_run(cases)
+    qrels_dict, run, retrieved_nothing = trec_qrels_and_run(cases)
     assert run, "the fixture has labelled cases that retrieved something"
     reference = pytrec_eval.RelevanceEvaluator(qrels_dict, set(MEASURES)).evaluate(run)
     ours = per_case(cases)
+    assert set(reference) == set(run)  # pytrec_eval scored every case it was given
+    assert set(ours) == set(run) | retrieved_nothing  # a row for each labelled case, none for another
     for case_id, values in reference.items():
         for trec_name, our_name in MEASURES.items():
             assert ours[case_id][our_name] == pytest.approx(values[trec_name], abs=1e-9), (case_id, our_name)
+    for case_id in retrieved_nothing:
+        assert all(ours[case_id][name] == 0 for name in MEASURES.values()), case_id
+        assert ours[case_id]["first_relevant_rank"] is None
+
+
+def test_the_fixtures_hold_labelled_cases_that_retrieved_nothing():
+    # beir q4, ranx q9 and openinference c3 are only in their qrels (what the test above covers).
+    found = {name: trec_qrels_and_run(cases_of(format_name, name, qrels))[2] for format_name, name, qrels in INPUTS}
+    assert found["beir/results.json"] == {"q4"} and found["ranx/run.json"] == found["ranx/run.trec"] == {"q9"}
+    assert found["openinference/spans.jsonl"] == {"c3"}
 
 
 def test_beir_golden_figures():

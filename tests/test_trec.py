@@ -390,7 +390,6 @@ def test_malformed_lines_refuse_the_run_and_land_in_rejects(tmp_path):
     (("--qrels", "{qrels}"), "--qrels is only for --trec-run FILE"),
     (("--qrels", "{qrels}", "--run-id", "x"), "--qrels and --run-id are only for --trec-run FILE"),
     (("{runs}", "--trec-run", "{run}", "--qrels", "{qrels}"), "give either RUNS"),
-    (("--trec-run", "{run}", "--qrels", "{qrels}", "--prefect"), "--trec-run runs in this process"),
     (("--trec-run", "{tmp}/missing.run", "--qrels", "{qrels}"), "missing.run: no such file (--trec-run)"),
     (("--trec-run", "{run}", "--qrels", "{tmp}/nope"), "nope: no such file (--qrels)"),
     (("--trec-run", "{run}", "--qrels", "{qrels}", "--run-id", "a/b"), "--run-id: run id 'a/b' is not a safe name"),

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import duckdb
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
 from retrieval_eval.flows.warehouse.warehouse import Warehouse, machine_id
+from retrieval_eval.flows.warehouse.warehouse_check import check_warehouse
 
 REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"
 
@@ -322,16 +324,21 @@ def test_a_transaction_not_known_dead_is_left_to_the_vacuum_past_the_retention(t
     warehouse = Warehouse(tmp_path / "wh")
     warehouse.log_dir.joinpath(PENDING).mkdir(parents=True)
     dead = "20261201T000000-deadbeef"
-    (warehouse.log_dir / PENDING / f"{dead}.json").write_text(marker)
+    marker_file = warehouse.log_dir / PENDING / f"{dead}.json"
+    marker_file.write_text(marker)
     left = [new_part(warehouse.root, dead, "cases", run_id) for run_id in ("d", "e")]
     for path in left:
         path.write_bytes(b"uncommitted")
     with warehouse.transaction():
         pass
     assert all(path.exists() for path in left)
-    warehouse.vacuum(timedelta(days=1), orphans=True)  # within the retention: kept
+    warehouse.vacuum(timedelta(0), orphans=True)  # a marker written just now: its writer may be running
+    assert all(path.exists() for path in left) and marker_file.exists()
+    two_hours_ago = time.time() - 2 * 3600  # past ORPHAN_FLOOR (1 h): its writer is taken for gone
+    os.utime(marker_file, (two_hours_ago, two_hours_ago))
+    warehouse.vacuum(timedelta(days=1), orphans=True)  # the files are within the retention: kept
     assert all(path.exists() for path in left)
-    warehouse.vacuum(timedelta(0), orphans=True)  # every file no commit names, whatever the marker says
+    warehouse.vacuum(timedelta(0), orphans=True)  # every file no commit names
     assert not any(path.exists() or path.parent.exists() for path in left)
     assert not (warehouse.log_dir / PENDING / f"{dead}.json").exists()
 
@@ -432,3 +439,27 @@ def test_a_commit_that_fails_once_its_log_entry_is_in_place_keeps_its_parts(tmp_
     monkeypatch.setattr(store_module, "fsync_path", flush)
     committed = Warehouse(tmp_path / "wh").state().runs["run-a"].tables["runs"]
     assert [warehouse.root / part.path for part in committed] == [path]
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_vacuum_with_no_retention_keeps_the_parts_of_a_writer_still_running(tmp_path, where, request):
+    # `warehouse vacuum --retention-days 0` beside a writer that has written a part and not yet
+    # committed: the writer's marker is fresh and its process alive, so its part stays, and
+    # the commit that follows names a part that is there.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from retrieval_eval.flows.warehouse.warehouse import RunCommit, describe_part, new_part
+
+    location = str(tmp_path / "wh") if where == "local" else f"s3://{request.getfixturevalue('s3_bucket')}/wh"
+    writer = Warehouse(location)
+    with writer.transaction() as txn:
+        txn.plan(["run-a"])
+        staged = new_part(writer.root, txn.id, "runs", "run-a")
+        pq.write_table(pa.table({"run_id": ["run-a"]}), staged)
+        part = describe_part(staged, writer.root)
+        if writer.remote:
+            writer.put_part(part)  # as a task puts the parts it writes
+        assert Warehouse(location).vacuum(timedelta(0), orphans=True) == []
+        txn.commit({"run-a": RunCommit({"runs": [part]}, None, None)})
+    assert check_warehouse(Warehouse(location)).problems == []

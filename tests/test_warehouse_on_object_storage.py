@@ -166,15 +166,51 @@ def test_the_sample_evaluated_into_a_bucket_gives_the_figures_of_a_local_warehou
 # ---------------------------------------------------------------- 2. writers racing
 
 
+# `retrieval-eval run` in a process held at its first `Transaction._create` (the create of its
+# log entry, every part in the bucket) until `sys.argv[2]` writers are held there: each says
+# so by a file in the folder `sys.argv[1]` naming the entry it is about to create. The writers
+# then race for that entry, the moment they do made exact, where delays only make it likely.
+# A writer the others never join exits 3.
+HELD_AT_CREATE = """
+import os, sys, time
+from pathlib import Path
+from retrieval_eval.flows.warehouse.warehouse import Transaction
+from retrieval_eval.flows.commands.entry import console
+
+barrier, writers, create = Path(sys.argv[1]), int(sys.argv[2]), Transaction._create
+held = []
+
+def create_once_all_are_here(self, name, data):
+    if not held:
+        held.append(name)
+        (barrier / self.id).write_text(name)
+        deadline = time.monotonic() + 240
+        while len(list(barrier.iterdir())) < writers:
+            if time.monotonic() > deadline:
+                os._exit(3)
+            time.sleep(0.02)
+    return create(self, name, data)
+
+Transaction._create = create_once_all_are_here
+sys.argv = ["retrieval-eval", *sys.argv[3:]]
+sys.exit(console())
+"""
+
+
 def test_three_writers_racing_on_one_bucket_all_land_whole(bucket_warehouse, tmp_path):
     sizes = {"run-a": 3_000, "run-b": 2_000, "run-c": 1_000}
     for run_id, n in sizes.items():
         write_run(tmp_path / "runs", run_id, lines=synthetic_cases(n))
-    writers = [machine(tmp_path, run_id).start("run", str(tmp_path / "runs" / run_id), "--warehouse", bucket_warehouse,
-                                              "--report-dir", str(tmp_path / f"rep-{run_id}"), "--quiet")
+    barrier = tmp_path / "held-at-create"
+    barrier.mkdir()
+    writers = [machine(tmp_path, run_id).start(command=[
+        sys.executable, "-c", HELD_AT_CREATE, str(barrier), str(len(sizes)), "run", str(tmp_path / "runs" / run_id),
+        "--warehouse", bucket_warehouse, "--report-dir", str(tmp_path / f"rep-{run_id}"), "--quiet"])
                for run_id in sizes]
     for writer in writers:
         assert writer.wait(timeout=300) == 0, writer.stderr.read()
+    # All three were held at once, each about to create the first entry: they raced for it.
+    assert sorted(path.read_text() for path in barrier.iterdir()) == ["_log/00000000000000000001.json"] * 3
     assert whole_in(bucket_warehouse) == sizes
     assert Warehouse(bucket_warehouse).state().version == 3  # one entry each, none lost, none twice
     # The catalog in the bucket is the newest version's, whichever writer put it last.

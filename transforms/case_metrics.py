@@ -26,13 +26,19 @@ def cutoffs(headline_k: int, sweep: Iterable[int] = ()) -> list[int]:
     return ks
 
 
+# The `cases` columns sql/case_metrics.sql reads: DuckDB is handed these alone, not the
+# explorer's lists (top_cards, gold), which it would otherwise convert with every batch.
+METRIC_INPUTS = ["run_id", "case_id", "locale", "category", "n_gold", "n_cards", "relevant_ranks", "graded_ranks",
+                 "ideal_gains"]
+
+
 def case_metrics(cases: pl.DataFrame, ks: list[int], con: duckdb.DuckDBPyConnection | None = None) -> pl.DataFrame:
     """One row per (labelled case, k) of a run's `cases` rows, by sql/case_metrics.sql, on
     `con` (an in-memory connection of its own when not given)."""
     own = con is None
     con = duckdb.connect() if own else con
     try:
-        con.register("cases", cases)
+        con.register("cases", cases.select(METRIC_INPUTS))
         return con.sql(sql.load("case_metrics"), params={"ks": ks}).pl()
     finally:
         if own:

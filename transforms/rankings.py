@@ -99,11 +99,11 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
     )
     shown = pl.max_horizontal(pl.lit(headline_k), pl.col("relevant_ranks").list.first().fill_null(0))
     numbered = staged.with_columns(pl.int_range(pl.len(), dtype=pl.UInt32).alias("case_no"))
+    # Each first occurrence is looked up in its own case's gold list (gathered by case_no):
+    # in card-rank order already, with no join of gold to cards and no sort after it.
     relevant = (
-        numbered.select("case_no", pl.col("gold").alias("card_id"))
-        .explode("card_id")
-        .join(firsts, on=["case_no", "card_id"])
-        .sort("case_no", "card_rank")
+        firsts.with_columns(staged["gold"].gather(firsts["case_no"]))
+        .filter(pl.col("card_id").is_in(pl.col("gold")))
         .group_by("case_no", maintain_order=True)
         .agg(pl.col("card_rank").alias("relevant_ranks"))
     )
@@ -119,12 +119,14 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
             .agg(pl.struct(pl.col("card_rank").alias("rank"), "grade").alias("graded_ranks"))
         )
         rows = rows.join(graded, on="case_no", how="left", maintain_order="left")
-    else:  # every gold card has grade 1: the graded ranks are the relevant ranks
+        ideal_gains = pl.col("grades").list.eval(pl.element().struct.field("grade").sort(descending=True))
+    else:  # every gold card has grade 1: the graded ranks are the relevant ranks, the ideal gains all 1
         rows = rows.with_columns(
             pl.col("relevant_ranks")
             .list.eval(pl.struct(pl.element().alias("rank"), pl.lit(1, pl.Int64).alias("grade")))
             .alias("graded_ranks")
         )
+        ideal_gains = pl.lit(1, pl.Int64).repeat_by(pl.col("grades").list.len())
     return (
         rows.join(depth, on="case_no", how="left", maintain_order="left")
         .select(
@@ -140,7 +142,7 @@ def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headli
             "gold",
             pl.col("relevant_ranks").fill_null(pl.lit([], dtype=pl.List(pl.Int32))),
             pl.col("graded_ranks").fill_null(pl.lit([], dtype=pl.List(RANKED_GRADE))),
-            pl.col("grades").list.eval(pl.element().struct.field("grade").sort(descending=True)).alias("ideal_gains"),
+            ideal_gains.alias("ideal_gains"),
             pl.col("top_cards").fill_null(pl.lit([], dtype=pl.List(pl.String))).list.head(shown),
             pl.when(pl.col("gold_source") == "relevance")
             .then(pl.col("top_scores").fill_null(pl.lit([], dtype=pl.List(pl.Float64))).list.head(shown))

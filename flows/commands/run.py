@@ -25,11 +25,13 @@ from .terminal import colour_wanted
 
 
 def job_options(args: argparse.Namespace):
-    """The job's options of `run`'s or `serve`'s arguments (flows/inputs/options.py), and the TREC
-    run that `run` may take in place of RUNS."""
+    """The job's options of `run`'s or `serve`'s arguments (flows/inputs/options.py); `--trec-run
+    FILE` is `--source trec FILE`, so that a tracked run's parameters carry it as such."""
     from ..job.job import job_options as job_options_of  # deferred: after import_engines (start-up)
 
-    return replace(job_options_of(values_of(args)), trec_run=getattr(args, "trec_run", None))
+    options = job_options_of(values_of(args))
+    trec_run = getattr(args, "trec_run", None)
+    return options if trec_run is None else replace(options, source="trec", runs=trec_run)
 
 
 def tracked(args: argparse.Namespace) -> bool:
@@ -56,15 +58,11 @@ def check_source_arguments(args: argparse.Namespace) -> None:
         return
     elif args.runs is None:
         raise InputError(f"run: --source {args.source} needs INPUT, the file to read (run --source {args.source} INPUT)")
-    if (args.trec_run is not None or args.source == "trec") and tracked(args):
-        given = "--trec-run" if args.trec_run is not None else "--source trec"
-        raise InputError(f"run: {given} runs in this process; it does not take --prefect, --task-runner dask "
-                         "or --dask-address")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     check_source_arguments(args)
-    if args.trec_run is None and args.source != "trec" and tracked(args):
+    if tracked(args):
         return run_with_prefect(args)
     # The first run's file is parsed while Polars and DuckDB are imported.
     native = args.trec_run is None and args.source == "native"

@@ -18,7 +18,7 @@ def cmd_warehouse_check(args: argparse.Namespace) -> int:
         print(problem)
     if checked.uncommitted:
         print(f"warehouse check: {len(checked.uncommitted)} file(s) of a transaction that has not ended (a writer "
-              f"running now, or killed: the next `retrieval-eval run` removes them), e.g. {checked.uncommitted[0]}",
+              f"running now, or killed: the next `retrieval-eval run` on that machine removes them, `warehouse vacuum` those of a writer killed elsewhere once past the retention), e.g. {checked.uncommitted[0]}",
               file=sys.stderr)
     if problems:
         print(f"warehouse check: {len(problems)} problem(s)", file=sys.stderr)

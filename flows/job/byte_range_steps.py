@@ -3,15 +3,16 @@ bucket, Dask workers on other machines). Every task reads its input from the sto
 the parts it writes under fresh keys itself (flows/job/run_steps.py `TxnRef.write_part`); what
 a later step needs travels as a returned value, never as a file of the driver's.
 
-A run folder's cases file is cut into byte ranges of whole lines (`RunSource.byte_ranges`),
-each read, staged and evaluated by one task (`evaluate_range`). The rules of the whole run
-hold as for one read of the file (flows/sources/ingest.py): the fast read must hold in every
-range, no case id may repeat across them (each range returns the 64-bit hashes of its ids),
-and the file's digest is of all its bytes (`StoredFile.digest`, a task of its own). When any
-of that fails, the range's parts are left uncommitted and the whole file goes through
-ingest's rules in one task (`evaluate_whole_run`), which judges every line, counts and
-writes the rejects, and finishes the run; so does any run that is not cut (a .gz, another
-format's source).
+A run's cases file is cut into byte ranges of whole lines (`RunSource.byte_ranges`), each
+read from the store (`RunSource.copy_range`), staged and evaluated by one task
+(`evaluate_range`). The rules of the whole run hold as for one read of the file
+(flows/sources/ingest.py): the fast read must hold in every range, no case id may repeat
+across them (each range returns the 64-bit hashes of its ids), and the file's digest is of
+all its bytes (`RunSource.digest`, a task of its own). When any of that fails, the range's
+parts are left uncommitted and the whole file goes through ingest's rules in one task
+(`evaluate_whole_run`), which judges every line, counts and writes the rejects, and finishes
+the run; so does any run its source gives as one range (a .gz, a TREC run, another tool's
+export).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import polars as pl
 
 from ...transforms.case_schema import NotClean
 from ...transforms.staging import stage
-from ..sources.artifacts import RunFolder
 from ..sources.case_file import CaseFileRead, FileFacts
 from ..sources.ingest import FAST, IngestAccount
 from .plan import RunPlan
@@ -56,11 +56,8 @@ class RangeResult:
 
 
 def byte_ranges(plan: RunPlan, batch_items: int) -> list[ByteRange]:
-    """A run folder's cases file cut into ranges of whole lines of about `batch_items` items
-    each; a single range for a file that cannot be cut (a .gz) and for other formats' sources,
-    whose files are not one case per line."""
-    if not isinstance(plan.folder, RunFolder):
-        return [ByteRange(0, 0, plan.folder.cases_size())]
+    """A run's cases file cut into ranges of whole lines of about `batch_items` items each, as
+    its source cuts it (a single range for a source that cannot be evaluated range by range)."""
     n = max(1, math.ceil(plan.folder.cases_size() / (batch_items * BYTES_PER_ITEM)))
     return [ByteRange(number, start, end) for number, (start, end) in enumerate(plan.folder.byte_ranges(n))]
 
@@ -71,7 +68,7 @@ def evaluate_range(plan: RunPlan, byte_range: ByteRange, txn: TxnRef, batch_item
     fast read cannot take stops at once: the run then goes through `evaluate_whole_run`."""
     batches, hashes, n_records = [], [], 0
     with tempfile.TemporaryDirectory(prefix="retrieval-eval-range-") as folder:
-        path = plan.folder.cases.copy_range(byte_range.start, byte_range.end, Path(folder))
+        path = plan.folder.copy_range(byte_range.start, byte_range.end, Path(folder))
         try:
             with CaseFileRead(path) as read:
                 for index, table in enumerate(read.tables(batch_items)):

@@ -173,7 +173,7 @@ def checked_kb(options: JobOptions) -> KnowledgeBase | None:
     return resolved_kb(options.kb)
 
 
-def sources(options: JobOptions) -> list[RunSource]:
+def sources(options: JobOptions, committed: Mapping[str, dict] | None = None) -> list[RunSource]:
     """The runs to evaluate, each checked before anything is written (SPEC 6), through their
     format's reader (flows/sources/source.py): a TREC run file with its qrels (`--trec-run`),
     or RUNS read as `source` (run folders, or another tool's input with its qrels; SPEC 15).
@@ -182,7 +182,7 @@ def sources(options: JobOptions) -> list[RunSource]:
         return source_format("trec")(options.trec_run, qrels=options.qrels, run_id=options.run_id,
                                      top_k=config.TREC_TOP_K)
     return source_format(options.source)(options.runs, qrels=options.qrels, run_id=options.run_id,
-                                         top_k=config.TREC_TOP_K)
+                                         top_k=config.TREC_TOP_K, committed=committed)
 
 
 def newest_run_id(folders: list[RunSource]) -> str:
@@ -191,10 +191,10 @@ def newest_run_id(folders: list[RunSource]) -> str:
 
 
 def run_job(options: JobOptions, steps: Steps) -> JobResult:
-    folders = sources(options)
+    warehouse = Warehouse(options.warehouse)
+    folders = sources(options, {run_id: run.source for run_id, run in warehouse.state().runs.items() if run.source})
     baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
     kb = checked_kb(options)
-    warehouse = Warehouse(options.warehouse)
     if not warehouse.remote and not warehouse.exists() and warehouse.catalog_path.exists():
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept
     progress = Progress(len(folders))

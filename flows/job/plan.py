@@ -62,8 +62,11 @@ class RunPlan:
 
     def source(self, cases_digest: str) -> dict:
         """What the log records of the artifacts an evaluation read."""
+        manifest = self.folder.manifest
+        fields = {"run_id": manifest.run_id, "created_at": manifest.created_at, "retrieval_top_k": manifest.retrieval_top_k,
+                  "git_sha": manifest.git_sha, "dataset_version": manifest.dataset_version, "config": manifest.config}
         return {"cases_file": str(self.cases_file), "stamp": self.stamp, "cases_digest": cases_digest,
-                "manifest_digest": self.manifest_digest, "kb": self.kb}
+                "manifest_digest": self.manifest_digest, "manifest": fields, "kb": self.kb}
 
 
 def stamp(folder: RunSource) -> list:

@@ -138,7 +138,7 @@ def finish_task(plan: RunPlan, account: IngestAccount, batches: list[BatchParts]
 
 @task(name="digest-cases", task_run_name="digest-{plan.folder.manifest.run_id}", cache_policy=NO_CACHE, **IO_RETRIES)
 def digest_task(plan: RunPlan) -> str:
-    return plan.folder.cases.digest()
+    return plan.folder.digest()
 
 
 @task(name="evaluate-range", task_run_name="evaluate-{plan.folder.manifest.run_id}-{byte_range.number}",

@@ -3,6 +3,7 @@ bucket (SPEC 14), and small JSON files read with a message that names them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,14 @@ class RunFolder:
         return self.cases.local_copy(folder)
 
     def byte_ranges(self, n: int) -> list[tuple[int, int]]:
+        """Ranges of whole lines: a line of a cases file is one case (one range for a .gz)."""
         return self.cases.line_ranges(n)
+
+    def copy_range(self, start: int, end: int, folder: Path) -> Path:
+        return self.cases.copy_range(start, end, folder)
+
+    def digest(self) -> str:
+        return self.cases.digest()
 
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> Ingest:
@@ -104,6 +112,17 @@ def checked_manifest(run_dir: str, manifest_file: StoredFile) -> Manifest:
         return parse_manifest(data, manifest_file.location, run_dir.rstrip("/").rsplit("/", 1)[-1])
     except InputError as refused:
         raise InputError(with_every_problem(str(refused), data, manifest_file.location)) from None
+
+
+def recorded_manifest(run_dir: str, manifest_file: StoredFile, committed: Mapping[str, dict]) -> Manifest | None:
+    """The manifest a committed run recorded, when the stored manifest is still that file
+    (its fingerprint is the first of the run's recorded stamp); None otherwise."""
+    folder_name = run_dir.rstrip("/").rsplit("/", 1)[-1]
+    recorded = committed.get(folder_name) or {}
+    stamp, fields = recorded.get("stamp"), recorded.get("manifest")
+    if not fields or not stamp or stamp[0] != manifest_file.fingerprint():
+        return None
+    return parse_manifest(fields, manifest_file.location, folder_name)
 
 
 def load_run_folder(run_dir: Path) -> RunFolder:
@@ -168,16 +187,18 @@ def stored_run_folders(runs: str) -> dict[str, dict[str, ObjectInfo]]:
 MANIFEST_READS = 16
 
 
-def load_stored_run_folders(runs: str) -> list[RunFolder]:
+def load_stored_run_folders(runs: str, committed: Mapping[str, dict]) -> list[RunFolder]:
     """Every run folder of RUNS in a bucket, its manifest read and checked (the first bad one,
-    in the order of the folders, is the one said)."""
+    in the order of the folders, is the one said). A manifest whose object the listing shows
+    to be the one a committed run recorded (size, etag, checksum) is taken from the log's
+    record: an unchanged re-run reads no object per run (SPEC 14)."""
 
     def load(folder: tuple[str, dict[str, ObjectInfo]]) -> RunFolder:
         run_dir, files = folder
         manifest = StoredFile(f"{run_dir}/{MANIFEST}", files.get(MANIFEST))
         if manifest.info is None:
             raise InputError(f"{manifest.location}: missing (every run folder needs a manifest.json)")
-        checked = checked_manifest(run_dir, manifest)
+        checked = recorded_manifest(run_dir, manifest, committed) or checked_manifest(run_dir, manifest)
         cases = the_one_cases_file(run_dir, list(files))
         return RunFolder(checked, run_dir, manifest, StoredFile(f"{run_dir}/{cases}", files[cases]))
 
@@ -185,11 +206,12 @@ def load_stored_run_folders(runs: str) -> list[RunFolder]:
         return list(pool.map(load, stored_run_folders(runs).items()))
 
 
-def load_run_folders(runs: Path | str) -> list[RunFolder]:
+def load_run_folders(runs: Path | str, committed: Mapping[str, dict] | None = None) -> list[RunFolder]:
     """Every run folder of RUNS (a local path or a URI), each manifest checked before anything
-    is written (SPEC 6); two folders with one run_id cannot happen (the id is the folder name)."""
+    is written (SPEC 6); two folders with one run_id cannot happen (the id is the folder name).
+    `committed`: the source records of the runs the warehouse holds (`load_stored_run_folders`)."""
     if is_uri(runs):
-        return load_stored_run_folders(str(runs))
+        return load_stored_run_folders(str(runs), committed or {})
     local = Path(StoredFile.at(runs).location) if "://" in str(runs) else Path(runs)
     return [load_run_folder(run_dir) for run_dir in find_run_dirs(local)]
 

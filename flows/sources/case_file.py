@@ -13,7 +13,9 @@ sends the file to the line-by-line rules.
   the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
   forbids, so its facts count lines and look for that.
 A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
-evaluated.
+evaluated. A file still being downloaded from a bucket (flows/sources/stored_file.py `Download`)
+is followed as it grows by the strict parser, whose digest is then the download's; Arrow's
+reader waits for the download to end.
 
 This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
 run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
@@ -23,6 +25,7 @@ parse fills the core the imports leave idle, and hands the read down to the job.
 from __future__ import annotations
 
 import gzip
+import io
 import queue
 import threading
 from collections import deque
@@ -30,7 +33,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +47,9 @@ try:
     from . import _case_columns  # the strict parser (flows/sources/_case_columns.c), built at install
 except ImportError:  # not compiled here (no C compiler at install): Arrow's reader reads every file
     _case_columns = None
+
+if TYPE_CHECKING:
+    from .stored_file import Download
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
@@ -68,10 +74,46 @@ TOKEN_OVERLAP = max(map(len, NON_JSON_NUMBERS)) - 1
 # Hits of one byte in a block that `find` takes one by one before one NumPy pass takes them all
 # (each find costs about a thousandth of a pass over a MiB block).
 FIND_BUDGET = 1024
+# How long a wait for a download's bytes lasts before the read looks whether it was closed.
+DOWNLOAD_POLL_SECONDS = 0.1
 
 
 class Stopped(Exception):
     """The read was closed while its tables were being taken."""
+
+
+class GrowingFile(io.RawIOBase):
+    """A file being downloaded, read as a local file is: a read waits until the bytes it asks
+    for are there or the download has ended, raises the download's error when it failed, and
+    Stopped once `stop` is set."""
+
+    def __init__(self, download: Download, stop: threading.Event) -> None:
+        self._download = download
+        self._stop = stop
+        self._file = open(download.path, "rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        filled = 0
+        while filled < len(view):
+            ended = self._download.ended()  # asked before the read: then a short read is the end
+            n = self._file.readinto(view[filled:])
+            filled += n
+            if n:
+                continue
+            if ended:
+                break
+            if self._stop.is_set():
+                raise Stopped
+            self._download.wait_past(self._file.tell(), DOWNLOAD_POLL_SECONDS)
+        return filled
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
 
 
 def open_text_lines(path: Path) -> IO[bytes]:
@@ -334,7 +376,9 @@ class CaseFileRead:
     (`scan_facts`). A plain file is parsed by the strict parser, when it was compiled, with
     `strict` (the default); otherwise Arrow's reader parses it (which alone parses only a block
     or two ahead). `scan=False` reads a file whose lines were already judged (the clean copy
-    of ingest's line-by-line pass), with Arrow's reader and the schema given.
+    of ingest's line-by-line pass), with Arrow's reader and the schema given. With `download`,
+    `path` is that download's file, still growing: the strict parser follows it, and its
+    digest is the one the download computed.
 
     Whatever stops the parse is raised where the tables are taken: NotClean when the fast
     pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
@@ -342,8 +386,9 @@ class CaseFileRead:
     file). `close()` stops both threads."""
 
     def __init__(self, path: Path, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
-                 scan: bool = True, strict: bool = True) -> None:
+                 scan: bool = True, strict: bool = True, download: Download | None = None) -> None:
         self.path = path
+        self._download = download
         self._schema = schema
         self.strict = strict and scan and _case_columns is not None and path.suffix != ".gz"
         self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
@@ -360,15 +405,33 @@ class CaseFileRead:
 
     def _scan(self) -> None:
         try:
-            self._facts.set_result(scan_facts(self.path, self._done, text=not self.strict))
+            checksum = self._downloaded()
+            if checksum is not None and self.strict:
+                facts = FileFacts("blake3:" + checksum, None, None, True)
+            else:
+                facts = scan_facts(self.path, self._done, text=not self.strict)
+            self._facts.set_result(facts)
         except BaseException as error:  # noqa: BLE001 — raised again by facts()
             self._facts.set_exception(error)
+
+    def _downloaded(self) -> str | None:
+        """Once the download has ended, its BLAKE3 (None when the file was not downloaded);
+        Stopped when the read is closed first."""
+        if self._download is None:
+            return None
+        while (checksum := self._download.checksum(DOWNLOAD_POLL_SECONDS)) is None:
+            if self._done.is_set():
+                raise Stopped
+        return checksum
+
+    def _open(self) -> IO[bytes]:
+        return open(self.path, "rb") if self._download is None else GrowingFile(self._download, self._done)
 
     def _parse_strict(self) -> None:
         """Blocks of whole lines parsed PARSE_THREADS at a time (the parser lets go of the GIL),
         handed on in file order."""
         try:
-            with open(self.path, "rb") as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
+            with self._open() as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
                 pending: deque[Future] = deque()
                 blocks = _line_blocks(handle, self._done)
                 while True:
@@ -413,6 +476,7 @@ class CaseFileRead:
 
     def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
         try:
+            self._downloaded()
             opening = first_value_opening(self.path)
             if opening not in (b"", b"{"):
                 raise NotClean("the first value is not an object")  # never given to Arrow's reader

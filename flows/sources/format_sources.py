@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -38,13 +38,12 @@ from ...transforms.run_summary import IDENTITY_COUNTS
 from ..storage.hashing import file_digest
 from .case_file import FileFacts, Prefetch
 from .formats import READERS
-from .formats.beir import needs_qrels
 from .formats.identity import content_id
 from .formats.record import FormatRecord
 from .ingest import LINE_BY_LINE, IngestAccount, StagedBatch, clean_batches
 from .reject_stream import RejectStream
 from .stored_file import StoredFile
-from .trec_files import existing_input, input_manifest
+from .trec_files import artifacts_digest, existing_input, input_manifest
 
 # The formats that store no gold: their runs need --qrels.
 WITHOUT_GOLD = frozenset({"beir", "ranx", "openinference"})
@@ -85,6 +84,14 @@ class FormatSource:
         file), never cut into lines."""
         return [(0, self.input.size())]
 
+    def copy_range(self, start: int, end: int, folder: Path) -> Path:
+        return self.input.copy_range(start, end, folder)
+
+    def digest(self) -> str:
+        """The input's and the qrels' (`artifacts_digest`), as `FormatIngest` records it."""
+        qrels = None if self.qrels is None else self.qrels.digest().removeprefix("blake3:")
+        return artifacts_digest(self.input.digest().removeprefix("blake3:"), qrels)
+
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> FormatIngest:
         return FormatIngest(self, scratch, allow_rejects=allow_rejects, relevance_level=relevance_level,
@@ -92,13 +99,14 @@ class FormatSource:
 
 
 def format_source(format_name: str, location: Path | str, *, qrels: Path | str | None = None,
-                  run_id: str | None = None, top_k: int) -> list[FormatSource]:
+                  run_id: str | None = None, top_k: int,
+                  committed: Mapping[str, dict] | None = None) -> list[FormatSource]:
     """The one run of `run --source format_name location [--qrels qrels] [--run-id run_id]`:
     run id `run_id` or the input's name without its extension, created_at the input's
     modification time, retrieval_top_k `top_k`. Refused here, before anything is written: a
-    missing input or qrels, a format without gold and no --qrels, an unsafe run id."""
-    if format_name in WITHOUT_GOLD:
-        needs_qrels(location, qrels, format_name)
+    missing input or qrels, a format without gold and no --qrels, an unsafe run id. One input
+    file is one run: `committed` (flows/sources/source.py SourceFormat) saves no read here."""
+    needs_qrels(format_name, location, qrels)
     stored = existing_input(location, INPUT_OPTION)
     judged = None if qrels is None else existing_input(qrels, "--qrels")
     config = {"source": format_name, "input": stored.location, "qrels": None if judged is None else judged.location}
@@ -106,13 +114,15 @@ def format_source(format_name: str, location: Path | str, *, qrels: Path | str |
     return [FormatSource(format_name, manifest, stored, judged)]
 
 
+def needs_qrels(format_name: str, location: Path | str, qrels: Path | str | None) -> None:
+    """A format that stores no gold (WITHOUT_GOLD) cannot do without `qrels`: bad input. The
+    one place this rule is checked; its readers take whatever gold they are given."""
+    if format_name in WITHOUT_GOLD and qrels is None:
+        raise InputError(f"{location}: a {format_name} input holds no gold: give the judgments with --qrels FILE")
+
+
 # Format name → its SourceFormat (flows/sources/source.py), as `run --source` names them.
 FORMAT_SOURCES = {name: partial(format_source, name) for name in READERS}
-
-
-def format_digest(input_digest: str, qrels_digest: str | None) -> str:
-    """What the warehouse records as the artifact digest of such a run: the input's and the qrels'."""
-    return f"blake3:{input_digest}" + ("" if qrels_digest is None else f"+blake3:{qrels_digest}")
 
 
 def shown_origin(origin: str, locations: dict[str, str]) -> str:
@@ -187,7 +197,7 @@ class FormatIngest:
         source = self.source
         local_input = source.input.local_copy(self.scratch)
         local_qrels = None if source.qrels is None else source.qrels.local_copy(self.scratch)
-        digest = format_digest(file_digest(local_input), None if local_qrels is None else file_digest(local_qrels))
+        digest = artifacts_digest(file_digest(local_input), None if local_qrels is None else file_digest(local_qrels))
         if digest == self.committed_digest:  # touched, not changed: the committed evaluation stands
             self.account = IngestAccount(FileFacts(digest, 0, 0, True), LINE_BY_LINE, 0, same_bytes=True)
             return
@@ -204,7 +214,11 @@ class FormatIngest:
                 if record.reject is not None:
                     rejects.append(named_reject(record.origin, record.reject, "", locations))
                     continue
-                line = case_line(record.case)
+                try:
+                    line = case_line(record.case)
+                except TypeError as error:  # a Parquet cell of a type JSON has not (bytes, a timestamp)
+                    rejects.append(named_reject(record.origin, f"holds a value that is not JSON ({error})", "", locations))
+                    continue
                 verdict = judge_line(line) if len(line) <= MAX_RECORD_BYTES else None
                 reason = f"record longer than {MAX_RECORD_BYTES} bytes" if verdict is None else verdict.reason
                 if reason is None and verdict.case_id in first_origin:

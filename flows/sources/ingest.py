@@ -24,7 +24,7 @@ from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
 from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines
 from .reject_stream import RejectFiles, RejectStream
-from .stored_file import StoredFile
+from .stored_file import Download, StoredFile
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (25k cases × 20 items; a batch's frames stay within a few hundred MB).
@@ -122,8 +122,9 @@ def clean_batches(clean: Path, longest_valid: int, batch_items: int, relevance_l
 class Ingest:
     """One run's ingest. Iterate `batches()` to the end, then read `account`.
 
-    `cases` is a local cases file, or a stored one (flows/sources/stored_file.py) that is
-    copied into `scratch` when the read starts and named by its location in every message;
+    `cases` is a local cases file, or a stored one (flows/sources/stored_file.py) named by its
+    location in every message, which is downloaded into `scratch` on a thread of its own
+    while the read follows it (it stops when the batches are closed);
     `read` is the read of the cases file when one was started ahead (the CLI's prefetch);
     `committed_digest` is the digest of the bytes the warehouse holds for the run, if any:
     when the file turns out to hold those very bytes (a touched file), the read stops early
@@ -134,7 +135,9 @@ class Ingest:
                  committed_digest: str | None = None) -> None:
         self.cases = cases
         self.shown = cases.location if isinstance(cases, StoredFile) else str(cases)
-        self.cases_file: Path | None = None if isinstance(cases, StoredFile) else cases
+        self.cases_file: Path | None = cases  # None: an object, downloaded when the batches are asked for
+        if isinstance(cases, StoredFile):
+            self.cases_file = cases.path if cases.is_local else None
         self.scratch = scratch
         self.allow_rejects = allow_rejects
         self.relevance_level = relevance_level
@@ -144,10 +147,12 @@ class Ingest:
         self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
-        if self.cases_file is None:
-            self.cases_file = self.cases.local_copy(self.scratch)
+        download = None
+        if self.cases_file is None:  # an object in a bucket
+            download = self.cases.download(self.scratch)
+            self.cases_file = download.path
         try:
-            yield from self._batches()
+            yield from self._batches(download)
         except (EOFError, zlib.error, OSError) as error:
             # Python's gzip reports a .gz cut short (EOFError) or damaged (zlib.error), Arrow's
             # reader either as an OSError without an errno ("Truncated compressed stream");
@@ -155,9 +160,12 @@ class Ingest:
             if isinstance(error, OSError) and (self.cases_file.suffix != ".gz" or error.errno is not None):
                 raise
             raise InputError(f"{self.shown}: not a readable gzip file ({error})") from None
+        finally:
+            if download is not None:
+                download.close()
 
-    def _batches(self) -> Iterator[StagedBatch]:
-        read = self._read or CaseFileRead(self.cases_file)
+    def _batches(self, download: Download | None) -> Iterator[StagedBatch]:
+        read = self._read or CaseFileRead(self.cases_file, download=download)
         self._read = None
         with read:
             facts = None

@@ -8,7 +8,7 @@ the entry point group `retrieval_eval.sources` (the entry point loads a `SourceF
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -60,8 +60,18 @@ class RunSource(Protocol):
         streamed into a fresh folder below `folder`."""
 
     def byte_ranges(self, n: int) -> list[tuple[int, int]]:
-        """The cases file cut into at most `n` ranges (start, end) of whole lines, in order,
-        covering every byte (one range for a file that cannot be cut, such as a .gz)."""
+        """The cases file cut into at most `n` ranges (start, end), in order, covering every
+        byte, each of whole lines that can be evaluated on its own as a cases file
+        (flows/job/byte_range_steps.py). One range when the source cannot be evaluated range
+        by range (a .gz, a TREC run, another tool's export): it is then read whole by `ingest`."""
+
+    def copy_range(self, start: int, end: int, folder: Path) -> Path:
+        """A local file below `folder` holding bytes [start, end) of the cases file, read from
+        where it is stored (ranged reads of an object): one of several `byte_ranges`."""
+
+    def digest(self) -> str:
+        """The digest of the run's artifacts as stored, equal to the one its `ingest` records
+        (`account.facts.digest`), in one streaming pass that keeps nothing."""
 
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> RunIngest:
@@ -71,22 +81,26 @@ class RunSource(Protocol):
 
 class SourceFormat(Protocol):
     """A format's reader: the runs of `location` (with `qrels` where the format keeps its gold
-    apart, `run_id` naming a run that has no name of its own, `top_k` its headline k)."""
+    apart, `run_id` naming a run that has no name of its own, `top_k` its headline k).
+    `committed` is what the warehouse recorded of each run's artifacts (run id → the log's
+    source record: `stamp`, `manifest`, ...): a reader may take what it would read from there
+    when the stored file is the one recorded (same fingerprint), and may ignore it."""
 
     def __call__(self, location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
-                 top_k: int) -> list[RunSource]: ...
+                 top_k: int, committed: Mapping[str, dict] | None = None) -> list[RunSource]: ...
 
 
 def native_runs(location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
-                top_k: int) -> list[RunSource]:
-    """Run folders (SPEC 3): a runs root or one run folder; each run names itself and its k."""
+                top_k: int, committed: Mapping[str, dict] | None = None) -> list[RunSource]:
+    """Run folders (SPEC 3): a runs root or one run folder; each run names itself and its k. In
+    a bucket, a manifest whose object is the one a committed run recorded is not read again."""
     if qrels is not None or run_id is not None:
         raise InputError("run folders carry their own gold and run ids: --qrels and --run-id are for other formats")
-    return load_run_folders(location)
+    return load_run_folders(location, committed)
 
 
 def trec_runs(location: str | Path, *, qrels: str | Path | None = None, run_id: str | None = None,
-              top_k: int) -> list[RunSource]:
+              top_k: int, committed: Mapping[str, dict] | None = None) -> list[RunSource]:
     """One TREC run file and its qrels (SPEC 12)."""
     if qrels is None:
         raise InputError(f"{location}: a TREC run needs --qrels FILE (the judgments to evaluate it against)")

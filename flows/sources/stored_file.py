@@ -1,14 +1,17 @@
 """One input file where the user keeps it: a local path or an object in a bucket (SPEC 14),
 read through the store (flows/storage). Small files (a manifest, the KB, a baseline, qrels)
 are read whole; a cases file or a TREC run is copied to a local file only when it must be
-evaluated, and the parsers read that copy as they read a local file."""
+evaluated, and the parsers read that copy as they read a local file. A cases file's copy runs
+on a thread of its own (`Download`) while the parser follows the file as it grows."""
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ...transforms.errors import InputError
 from ..storage import LocationError, NotFound, ObjectInfo, open_store, parse_location
@@ -102,18 +105,18 @@ class StoredFile:
 
     def local_copy(self, folder: Path) -> Path:
         """A local file holding these bytes: the file itself when it is local, else the object
-        streamed into a fresh folder below `folder` under its own name (the parsers tell a
-        `.gz` by its name)."""
+        copied whole (`download`)."""
         if self.is_local:
             return self.path
+        return self.download(folder).finish()
+
+    def download(self, folder: Path) -> Download:
+        """The object being streamed, on a thread of its own, into a fresh folder below
+        `folder` under its own name (the parsers tell a `.gz` by its name)."""
         store, key = self.opened()
         target = folder / f"download-{uuid.uuid4().hex[:12]}" / self.name
         target.parent.mkdir(parents=True)
-        aside = target.with_name(f".{self.name}.partial")
-        with open(aside, "wb") as sink:
-            store.copy_to(key, sink)
-        os.replace(aside, target)
-        return target
+        return Download(store, key, target)
 
     def line_ranges(self, n: int) -> list[tuple[int, int]]:
         """The file cut into at most `n` byte ranges (start, end), each starting at the start of
@@ -180,3 +183,99 @@ class StoredFile:
         store, key = self.opened()
         with open(os.devnull, "wb") as sink:
             return "blake3:" + store.copy_to(key, sink)
+
+
+class DownloadStopped(Exception):
+    """The download was closed before it ended."""
+
+
+class Download:
+    """One object copied into the local file `path` on a thread of its own (one streamed GET,
+    `Store.copy_to`), so that a reader can follow the file while it grows
+    (flows/sources/case_file.py `CaseFileRead`): `wait_past` blocks until bytes past a
+    position are in the file, `ended` says whether all of them are, and `checksum` is the
+    BLAKE3 that the copy computed on the way (the file's digest without a second read). A
+    copy that failed raises its error (a StoreError naming the URI) from each of them.
+    `close()` stops a copy still running and waits for its thread."""
+
+    def __init__(self, store: Store, key: str, path: Path) -> None:
+        self.path = path
+        self._progress = threading.Condition()  # notified at each block written and at the end
+        self._written = 0
+        self._checksum: str | None = None
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        sink = open(path, "wb")  # created before a reader can open it
+        self._thread = threading.Thread(target=self._copy, args=(store, key, sink), name="download", daemon=True)
+        self._thread.start()
+
+    def _copy(self, store: Store, key: str, sink: BinaryIO) -> None:
+        checksum, error = None, None
+        try:
+            with sink:
+                checksum = store.copy_to(key, _ProgressSink(sink, self))
+        except BaseException as failure:  # noqa: BLE001 — raised again to every reader of the file
+            error = failure
+        with self._progress:
+            self._checksum, self._error = checksum, error
+            self._progress.notify_all()
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise DownloadStopped(f"{self.path}: the download was stopped")
+
+    def _wrote(self, n: int) -> None:
+        with self._progress:
+            self._written += n
+            self._progress.notify_all()
+
+    def _over(self) -> bool:
+        return self._checksum is not None or self._error is not None
+
+    def ended(self) -> bool:
+        """Whether every byte of the object is in the file; raises the copy's error if it failed."""
+        with self._progress:
+            if self._error is not None:
+                raise self._error
+            return self._checksum is not None
+
+    def wait_past(self, position: int, timeout: float) -> None:
+        """Wait at most `timeout` seconds for the file to hold more than `position` bytes, or
+        for the copy to end."""
+        with self._progress:
+            if self._written <= position and not self._over():
+                self._progress.wait(timeout)
+
+    def checksum(self, timeout: float) -> str | None:
+        """The BLAKE3 hex digest of the object once the copy has ended (None while it has not
+        within `timeout` seconds); raises the copy's error if it failed."""
+        with self._progress:
+            if not self._over():
+                self._progress.wait(timeout)
+        return self._checksum if self.ended() else None
+
+    def finish(self) -> Path:
+        """Wait for the copy to end: the local file (or the copy's error)."""
+        self._thread.join()
+        self.ended()
+        return self.path
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class _ProgressSink:
+    """The download's file as `Store.copy_to` writes it: each block flushed to the file, then
+    counted, so that a reader waiting for it wakes up."""
+
+    def __init__(self, file: BinaryIO, download: Download) -> None:
+        self._file = file
+        self._download = download
+
+    def write(self, block: bytes) -> int:
+        self._download._check_stop()
+        written = self._file.write(block)
+        self._file.flush()
+        self._download._wrote(len(block))
+        return written

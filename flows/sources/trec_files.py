@@ -93,7 +93,16 @@ class TrecSource:
         return self.run_file.local_copy(folder)
 
     def byte_ranges(self, n: int) -> list[tuple[int, int]]:
-        return self.run_file.line_ranges(n)
+        """One range: no part of a run file is a run of its own (a topic's lines may lie
+        anywhere in it, and a judged topic it lacks is a case of the whole run)."""
+        return [(0, self.run_file.size())]
+
+    def copy_range(self, start: int, end: int, folder: Path) -> Path:
+        return self.run_file.copy_range(start, end, folder)
+
+    def digest(self) -> str:
+        """Both files' (`artifacts_digest`), as `TrecIngest` records it."""
+        return artifacts_digest(self.run_file.digest().removeprefix("blake3:"), self.qrels.digest().removeprefix("blake3:"))
 
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> TrecIngest:
@@ -142,9 +151,11 @@ def trec_source(run_file: Path | str, qrels: Path | str, run_id: str | None = No
     return TrecSource(manifest, run, judged)
 
 
-def trec_digest(run_digest: str, qrels_digest: str) -> str:
-    """What the warehouse records as the artifact digest of a TREC run: both files'."""
-    return f"blake3:{run_digest}+blake3:{qrels_digest}"
+def artifacts_digest(input_digest: str, qrels_digest: str | None) -> str:
+    """What the warehouse records as the artifact digest of a run read from an input file (a
+    TREC run, another tool's export) and its qrels: both files' BLAKE3, the input's alone when
+    it holds its own gold (no qrels)."""
+    return f"blake3:{input_digest}" + ("" if qrels_digest is None else f"+blake3:{qrels_digest}")
 
 
 # ---------------------------------------------------------------- blocks of lines
@@ -339,7 +350,7 @@ class TrecIngest:
         qrels_file = self.source.qrels.local_copy(self.scratch)
         qrels = read_qrels(qrels_file, self.source.qrels.location, rejects=RejectStream(self.scratch, "qrels-rejects"))
         if self.committed_digest is not None:  # only then is a first pass over the run worth its cost
-            digest = trec_digest(file_digest(run_file), qrels.digest)
+            digest = artifacts_digest(file_digest(run_file), qrels.digest)
             if digest == self.committed_digest:
                 self.account = IngestAccount(FileFacts(digest, 0, 0, True), IN_FILE_ORDER, 0, same_bytes=True)
                 return
@@ -355,7 +366,7 @@ class TrecIngest:
             break
         rejects = qrels.rejects.finish() + run_rejects.finish()
         # Of an ingest's facts only the digest is read (flows/job/run_steps.py); a TREC file has no JSON lines.
-        facts = FileFacts(trec_digest(read.digest, qrels.digest), read.lines, 0, True)
+        facts = FileFacts(artifacts_digest(read.digest, qrels.digest), read.lines, 0, True)
         refused = bool(rejects.count) and not self.allow_rejects
         self.account = IngestAccount(facts, attempt, 0 if refused else n_records, rejects, refused=refused, tag=read.tag)
 

@@ -93,7 +93,11 @@ class LocalStore:
                 if name.startswith(".") and name.endswith(_ASIDE_SUFFIX):
                     continue
                 path = Path(folder, name)
-                found.append(_info(path.relative_to(self.root).as_posix(), path.stat(), None))
+                try:
+                    stat = path.stat()
+                except FileNotFoundError:  # removed since the folder was read (another writer's marker)
+                    continue
+                found.append(_info(path.relative_to(self.root).as_posix(), stat, None))
         return iter(sorted(found, key=lambda info: info.key))
 
     def delete(self, key: str) -> None:

@@ -51,6 +51,9 @@ SCRATCH = ".scratch"
 LOG_FORMAT = 1
 CHECKPOINT_EVERY = 25
 DEFAULT_RETENTION = timedelta(days=7)
+# A pending transaction of another machine is taken for alive this long at least, whatever
+# retention a vacuum is given: its writer may still be running.
+ORPHAN_FLOOR = timedelta(hours=1)
 
 
 # The log is what says which files make each run: nothing in the warehouse can stand in for a
@@ -350,7 +353,7 @@ class Warehouse:
             except ValueError:  # half written by a writer that died: it says nothing but its name
                 marker = {}
             marker = marker if isinstance(marker, dict) else {}
-            txn = marker.get("txn") if isinstance(marker.get("txn"), str) else name.split(".", 1)[0]
+            txn = name.split(".", 1)[0]  # a transaction's marker is named after it: <txn>.json
             markers.append({**marker, "txn": txn, "key": info.key, "modified": info.modified})
         return markers
 
@@ -404,10 +407,10 @@ class Warehouse:
         reader that started before a commit finishes); with `orphans` (`warehouse vacuum`),
         also files no commit names, written more than `retention` ago (a killed writer's).
         Returns what was deleted."""
+        deleted = self._remove_orphans(retention) if orphans else []
         state = state if state is not None else self.state()
         referenced = state.referenced()
         limit = datetime.now(UTC) - retention
-        deleted = self._remove_orphans(state, limit) if orphans else []
         for item in state.superseded:
             if item["path"] in referenced or datetime.fromisoformat(item["at"]) > limit:
                 continue
@@ -419,20 +422,32 @@ class Warehouse:
         return deleted
 
 
-    def _remove_orphans(self, state: State, limit: datetime) -> list[str]:
-        """Files no commit ever named (a killed writer's), written before `limit`, and the
-        markers of transactions begun before it: a writer still running is younger than the
-        retention."""
+    def _remove_orphans(self, retention: timedelta) -> list[str]:
+        """Files no commit names (a killed writer's), written more than `retention` ago, and
+        the markers of the transactions they came from. A transaction is taken for alive,
+        and its files kept, unless its writer was a process of this machine that is gone or
+        its marker is older than the retention and ORPHAN_FLOOR both (a writer elsewhere may
+        be running, whatever retention is asked). The log is read after the listing, so a
+        commit that lands meanwhile names its parts before any is judged."""
+        now = datetime.now(UTC)
+        listed = list(self.part_paths())
+        markers = self.pending_markers()
+        alive = {marker["txn"] for marker in markers
+                 if not _dead_here(marker) and marker["modified"] >= now - max(retention, ORPHAN_FLOOR)}
+        kept = tuple(part_prefix(txn) for txn in alive)
+        state = self.state()
         known = state.referenced() | {item["path"] for item in state.superseded}
         deleted = []
-        for relative, modified in list(self.part_paths()):
-            if relative not in known and modified < limit:
-                self.store.delete(self.key(relative))
-                deleted.append(relative)
-                if not self.remote:
-                    _remove_if_empty((self.root / relative).parent)
-        for marker in self.pending_markers():
-            if marker["modified"] < limit:
+        for relative, modified in listed:
+            name = relative.rsplit("/", 1)[-1]
+            if relative in known or modified >= now - retention or (kept and name.startswith(kept)):
+                continue
+            self.store.delete(self.key(relative))
+            deleted.append(relative)
+            if not self.remote:
+                _remove_if_empty((self.root / relative).parent)
+        for marker in markers:
+            if marker["txn"] not in alive and marker["modified"] < now - retention:
                 self.store.delete(marker["key"])
                 shutil.rmtree(self.root / SCRATCH / marker["txn"], ignore_errors=True)
         return deleted
@@ -594,6 +609,14 @@ class Transaction:
         staged = [part for part in parts if (self.root / part.path).exists()]
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(self.warehouse.put_part, staged))
+            # A part its task put is checked to be there before an entry names it.
+            elsewhere = [part for part in parts if part not in staged]
+            there = list(pool.map(lambda part: self.warehouse.store.exists(self.warehouse.key(part.path)), elsewhere))
+        missing = [part for part, found in zip(elsewhere, there) if not found]
+        if missing:
+            raise InputError(f"{self.warehouse.shown(missing[0].path)}: a part this run wrote is gone from the store "
+                             "before its commit (a vacuum with a retention shorter than the run?); nothing was "
+                             "committed: run again")
 
 
 def write_checkpoint(warehouse: Warehouse, state: State) -> None:

@@ -13,22 +13,15 @@ from pathlib import Path
 from ....transforms.errors import InputError
 from .identity import Card
 from .input_rows import json_document
-from .qrels import read_gold, with_gold
+from .qrels import judged_by
 from .record import FormatRecord, IdentityCounts, case_of, item_of, row_origin
 
 FORMAT = "beir"
 
 
 def read_cases(path: Path, *, qrels: Path | None = None) -> Iterator[FormatRecord]:
-    gold = read_gold(needs_qrels(path, qrels, FORMAT))
-    return with_gold(scored_queries(path, FORMAT), gold, FORMAT)
-
-
-def needs_qrels(path: Path, qrels: Path | None, format_name: str) -> Path:
-    """`qrels`, which a format that stores no gold cannot do without."""
-    if qrels is None:
-        raise InputError(f"{path}: a {format_name} input holds no gold: give the judgments with --qrels FILE")
-    return qrels
+    """The cases of BEIR results, their gold from `qrels` (without it, unlabelled)."""
+    return judged_by(scored_queries(path, FORMAT), qrels, FORMAT)
 
 
 def is_score(value: object) -> bool:

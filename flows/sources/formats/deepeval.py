@@ -13,7 +13,7 @@ from pathlib import Path
 from ....transforms.errors import InputError
 from .identity import id_text
 from .input_rows import json_document
-from .qrels import read_gold, with_gold
+from .qrels import judged_by
 from .record import FormatRecord, IdentityCounts, case_of, item_of, must_cite, row_case_id, row_origin
 from .side_by_side import side_by_side
 
@@ -24,7 +24,7 @@ TEST_RUN_KEY = "testRunData"
 def read_cases(path: Path, *, qrels: Path | None = None) -> Iterator[FormatRecord]:
     """The cases of a DeepEval test run; with `qrels`, their gold comes from it."""
     records = _cases(path, test_cases(path))
-    return with_gold(records, read_gold(qrels), FORMAT) if qrels is not None else records
+    return judged_by(records, qrels, FORMAT)
 
 
 def test_cases(path: Path) -> list:

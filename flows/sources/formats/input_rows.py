@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import csv
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +15,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ....transforms.deep_json import too_deep
 from ....transforms.errors import InputError
-from ....transforms.records import MAX_RECORD_BYTES
+from ....transforms.records import MAX_RECORD_BYTES, strict_json_loads
 from ..case_file import bounded_lines
 from .record import line_origin, row_origin
 
@@ -25,6 +25,9 @@ PARQUET_BATCH_ROWS = 1024
 LINE_SUFFIXES = (".jsonl", ".ndjson")
 CSV_SUFFIXES = (".csv",)
 PARQUET_SUFFIXES = (".parquet", ".pq")
+# The deepest nesting of containers a format's JSON (or a CSV cell's list) may hold: an export
+# nests a few levels (OpenInference's documents and their metadata); deeper is bad input.
+MAX_JSON_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,11 @@ class InputRow:
     problem: str | None = None
 
 
-def _not_a_number(name: str) -> float:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def json_text(text: str | bytes) -> object:
-    """Strict JSON (SPEC 6): NaN and ±Infinity make a text not JSON."""
-    return json.loads(text, parse_constant=_not_a_number)
+def json_text(text: str) -> object:
+    """Strict JSON, as the project reads every document it keeps (transforms/records.py
+    `strict_json_loads`): NaN, ±Infinity, a key written twice, an unpaired surrogate escape or
+    nesting deeper than MAX_JSON_DEPTH make a text not JSON (ValueError, naming where)."""
+    return strict_json_loads(text, MAX_JSON_DEPTH)
 
 
 def jsonl_rows(path: Path) -> Iterator[InputRow]:
@@ -78,9 +79,12 @@ def python_list_cell(cell: str) -> object:
     if not cell.strip():
         return None
     try:
-        return ast.literal_eval(cell)
+        value = ast.literal_eval(cell)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return json_text(cell)
+    if too_deep(value, MAX_JSON_DEPTH) is not None:
+        raise ValueError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
 
 
 def csv_rows(path: Path, list_columns: tuple[str, ...]) -> Iterator[InputRow]:
@@ -121,10 +125,13 @@ def parquet_rows(path: Path) -> Iterator[InputRow]:
         raise InputError(f"{path}: not a readable Parquet file ({error})") from None
     position = 0
     with parquet:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
-            for values in batch.to_pylist():
-                position += 1
-                yield InputRow(position, row_origin(path, position), values)
+        try:
+            for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS):
+                for values in batch.to_pylist():
+                    position += 1
+                    yield InputRow(position, row_origin(path, position), values)
+        except (pa.ArrowException, OSError) as error:
+            raise InputError(f"{path}: not a readable Parquet file after row {position} ({error})") from None
 
 
 def require_file(path: Path, option: str) -> Path:
@@ -152,8 +159,13 @@ def json_document(path: Path, option: str = "--source input") -> object:
     """A whole JSON file (the formats that store one document: BEIR and ranx runs, MLflow's
     `log_table`, DeepEval's test run); a file that is not strict JSON is bad input."""
     require_file(path, option)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    if not data.strip():
+        raise InputError(f"{path}: is empty, not a JSON document ({option})")
     try:
-        with open(path, "rb") as handle:
-            return json_text(handle.read().decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as error:
+        return json_text(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except ValueError as error:
         raise InputError(f"{path}: not JSON ({error})") from None

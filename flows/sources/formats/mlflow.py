@@ -14,7 +14,7 @@ from pathlib import Path
 from ....transforms.errors import InputError
 from .identity import Card, id_text, identify
 from .input_rows import InputRow, json_document, table_rows
-from .qrels import read_gold, with_gold
+from .qrels import judged_by
 from .record import FormatRecord, IdentityCounts, case_of, item_of, must_cite, row_case_id, row_origin, text_field
 
 FORMAT = "mlflow"
@@ -24,7 +24,7 @@ RETRIEVED, EXPECTED = "retrieved_context", "expected_retrieved_context"
 def read_cases(path: Path, *, qrels: Path | None = None) -> Iterator[FormatRecord]:
     """The cases of an MLflow evaluation table; with `qrels`, their gold comes from it."""
     records = _cases(path)
-    return with_gold(records, read_gold(qrels), FORMAT) if qrels is not None else records
+    return judged_by(records, qrels, FORMAT)
 
 
 def logged_table_rows(path: Path) -> Iterator[InputRow]:

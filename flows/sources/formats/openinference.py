@@ -15,15 +15,13 @@ by case id, and is required."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
 
-from .beir import needs_qrels
 from .identity import Card, id_text, identify
-from .input_rows import table_rows
-from .qrels import read_gold, with_gold
+from .input_rows import json_text, table_rows
+from .qrels import judged_by
 from .record import FormatRecord, IdentityCounts, case_of, item_of
 
 FORMAT = "openinference"
@@ -34,8 +32,8 @@ MISSING = object()
 
 
 def read_cases(path: Path, *, qrels: Path | None = None) -> Iterator[FormatRecord]:
-    gold = read_gold(needs_qrels(path, qrels, FORMAT))
-    return with_gold(_cases(path), gold, FORMAT)
+    """The cases of a spans export, their gold from `qrels` (without it, unlabelled)."""
+    return judged_by(_cases(path), qrels, FORMAT)
 
 
 def attribute(node: object, name: str) -> object:
@@ -65,7 +63,7 @@ def _resolve(node: object, parts: list[str]) -> object:
 
 def _json_object(text: str) -> object:
     try:
-        return json.loads(text)
+        return json_text(text)
     except ValueError:
         return MISSING
 

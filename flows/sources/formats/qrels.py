@@ -7,7 +7,9 @@ Which one a file is: by its suffix (`.json` ranx, `.jsonl` JSONL, `.tsv` BEIR), 
 first line (a tab-separated `query-id` header is BEIR, an object is JSONL, anything else
 TREC). Grades of the qrels formats follow trec_eval: a negative grade is judged and not
 relevant (grade 0); a pair judged twice takes the later grade. JSONL gold is taken as it is
-written: its values are the record rules' to judge, as in a cases file.
+written (an integer id, in `case_id` or a list of ids, as its decimal string): its values are
+the record rules' to judge, as in a cases file. A file that holds no judgment and no
+malformed record is bad input, as an empty TREC qrels is.
 
 `with_gold` then gives each case of a format its gold by case id, and adds the cases only
 the qrels know, which retrieved nothing and score 0 (as `trec_eval -c` counts them)."""
@@ -15,11 +17,14 @@ the qrels know, which retrieved nothing and score 0 (as `trec_eval -c` counts th
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ....transforms.errors import InputError
+from ....transforms.records import MAX_RECORD_BYTES
 from ..trec_files import read_qrels
+from .identity import id_text
 from .input_rows import json_document, jsonl_rows, require_file
 from .record import UNDETERMINED_LOCALE, FormatRecord, IdentityCounts, line_origin, row_origin
 
@@ -41,19 +46,26 @@ class GoldFile:
 def read_gold(path: Path) -> GoldFile:
     """The gold of a qrels file of any of the four kinds (see the module's docstring)."""
     require_file(path, "--qrels")
+    gold = _reader_of(path)(path)
+    if not gold.gold and not gold.rejects:
+        raise InputError(f"{path}: holds no judgments (--qrels)")
+    return gold
+
+
+def _reader_of(path: Path) -> Callable[[Path], GoldFile]:
     suffix = path.suffix.lower()
     if suffix == ".json":
-        return ranx_qrels(path)
+        return ranx_qrels
     if suffix in (".jsonl", ".ndjson"):
-        return jsonl_gold(path)
+        return jsonl_gold
     if suffix == ".tsv":
-        return beir_qrels(path)
+        return beir_qrels
     first = _first_line(path)
     if first.split("\t")[0].strip() == BEIR_HEADER_FIRST_FIELD:
-        return beir_qrels(path)
+        return beir_qrels
     if first.startswith("{"):
-        return jsonl_gold(path)
-    return trec_qrels(path)
+        return jsonl_gold
+    return trec_qrels
 
 
 def _first_line(path: Path) -> str:
@@ -86,6 +98,18 @@ def beir_qrels(path: Path) -> GoldFile:
     """A BEIR qrels TSV, as BEIR's GenericDataLoader reads it: the first line is the header,
     each further line `query-id<TAB>corpus-id<TAB>score` with an integer score."""
     gold = GoldFile(path)
+    try:
+        _read_beir_rows(path, gold)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except csv.Error as error:
+        raise InputError(f"{path}: not a readable TSV file ({error})") from None
+    return gold
+
+
+def _read_beir_rows(path: Path, gold: GoldFile) -> None:
+    """The lines of a BEIR qrels TSV into `gold` (raises UnicodeDecodeError, csv.Error)."""
+    csv.field_size_limit(MAX_RECORD_BYTES)
     with open(path, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_MINIMAL)
         next(reader, None)
@@ -104,16 +128,14 @@ def beir_qrels(path: Path) -> GoldFile:
                 continue
             gold.gold.setdefault(query_id, {"relevance": {}})["relevance"][corpus_id] = _grade(grade)
             gold.origins.setdefault(query_id, origin)
-    return gold
 
 
 def ranx_qrels(path: Path) -> GoldFile:
     """ranx qrels as JSON, `{query_id: {doc_id: grade}}`; each query is a row, in order."""
     document = json_document(path, "--qrels")
-    gold = GoldFile(path)
     if not isinstance(document, dict):
-        gold.rejects.append(FormatRecord(row_origin(path, 1), reject="not a JSON object of query id to {doc id: grade}"))
-        return gold
+        raise InputError(f"{path}: not a JSON object of query id to {{doc id: grade}} (--qrels)")
+    gold = GoldFile(path)
     for position, (query_id, judged) in enumerate(document.items(), start=1):
         origin = row_origin(path, position)
         if not isinstance(judged, dict):
@@ -131,8 +153,8 @@ def jsonl_gold(path: Path) -> GoldFile:
         if row.problem is not None:
             gold.rejects.append(FormatRecord(row.origin, reject=row.problem))
             continue
-        case_id = row.values.get("case_id")
-        given = {name: row.values[name] for name in GOLD_FIELDS if name in row.values}
+        case_id = id_text(row.values.get("case_id"))
+        given = {name: _ids_as_text(row.values[name]) for name in GOLD_FIELDS if name in row.values}
         if not isinstance(case_id, str) or not case_id:
             reason = "field case_id is missing" if case_id is None else "field case_id must be a non-empty string"
             gold.rejects.append(FormatRecord(row.origin, reject=reason))
@@ -146,6 +168,14 @@ def jsonl_gold(path: Path) -> GoldFile:
     return gold
 
 
+def _ids_as_text(value: object) -> object:
+    """A list of ids with each integer id as its decimal string (a relevance object's keys are
+    text already; any other value is the record rules' to judge)."""
+    if isinstance(value, list):
+        return [id_text(entry) if isinstance(entry, int) else entry for entry in value]
+    return value
+
+
 def gold_count(gold: dict) -> int:
     """How many gold entries a case's gold names (those of the field that decides, SPEC 12's
     precedence: relevance, relevant_ids, must_cite_one_of)."""
@@ -154,6 +184,13 @@ def gold_count(gold: dict) -> int:
         if isinstance(value, dict | list):
             return len(value)
     return 0
+
+
+def judged_by(records: Iterator[FormatRecord], qrels: Path | None, category: str) -> Iterator[FormatRecord]:
+    """`records` with their gold from the `qrels` file when one is given (`with_gold`, read
+    before the first record), else as the input gave it. Whether a format may go without
+    qrels is its source's rule (flows/sources/format_sources.py `needs_qrels`)."""
+    return records if qrels is None else with_gold(records, read_gold(qrels), category)
 
 
 def with_gold(records: Iterator[FormatRecord], gold: GoldFile, category: str) -> Iterator[FormatRecord]:

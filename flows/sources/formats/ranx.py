@@ -11,20 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..trec_files import TrecRunRead
-from .beir import needs_qrels, scored_queries
+from .beir import scored_queries
 from .identity import Card
 from .input_rows import require_file
-from .qrels import read_gold, with_gold
+from .qrels import judged_by
 from .record import FormatRecord, IdentityCounts, case_of, item_of, line_origin
 
 FORMAT = "ranx"
 
 
 def read_cases(path: Path, *, qrels: Path | None = None) -> Iterator[FormatRecord]:
-    gold = read_gold(needs_qrels(path, qrels, FORMAT))
+    """The cases of a ranx run, their gold from `qrels` (without it, unlabelled)."""
     require_file(path, "--source input")
     run = scored_queries(path, FORMAT) if _is_json(path) else trec_run_cases(path)
-    return with_gold(run, gold, FORMAT)
+    return judged_by(run, qrels, FORMAT)
 
 
 def _is_json(path: Path) -> bool:

@@ -59,12 +59,18 @@ def row_case_id(row: int) -> str:
     return f"row-{row}"
 
 
-def text_field(record: dict, names: tuple[str, ...]) -> object:
-    """The value of the first of `names` that `record` holds with a value (not null)."""
+def first_field(record: dict, names: tuple[str, ...]) -> tuple[str, object]:
+    """The first of `names` that `record` holds with a value (not null), and that value; the
+    first name and None when it holds none of them."""
     for name in names:
         if record.get(name) is not None:
-            return record[name]
-    return None
+            return name, record[name]
+    return names[0], None
+
+
+def text_field(record: dict, names: tuple[str, ...]) -> object:
+    """The value of the first of `names` that `record` holds with a value (`first_field`)."""
+    return first_field(record, names)[1]
 
 
 def case_of(record: dict, *, case_id: object, category: str, question: object, retrieved: list[dict],
