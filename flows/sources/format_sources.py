@@ -43,7 +43,8 @@ from .formats.record import FormatRecord
 from .ingest import LINE_BY_LINE, IngestAccount, StagedBatch, clean_batches
 from .reject_stream import RejectStream
 from .stored_file import StoredFile
-from .trec_files import artifacts_digest, existing_input, input_manifest
+from .one_input import OneInputSource, artifacts_digest
+from .trec_files import existing_input, input_manifest
 
 # The formats that store no gold: their runs need --qrels.
 WITHOUT_GOLD = frozenset({"beir", "ranx", "openinference"})
@@ -53,44 +54,14 @@ ORIGIN = re.compile(r"(?P<file>.*):(?P<unit>line|row|query) (?P<at>.+)", re.DOTA
 
 
 @dataclass(frozen=True)
-class FormatSource:
+class FormatSource(OneInputSource):
     """One input of format `format_name` and its qrels (None: the input holds its gold)."""
 
     format_name: str
-    manifest: Manifest
-    input: StoredFile
-    qrels: StoredFile | None
-
-    @property
-    def run_id(self) -> str:
-        return self.manifest.run_id
-
-    @property
-    def cases_uri(self) -> str:
-        return self.input.location
 
     def fingerprint(self) -> list:
         """The input's and the qrels' (StoredFile.fingerprint), without reading them."""
         return [self.format_name, self.input.fingerprint(), None if self.qrels is None else self.qrels.fingerprint()]
-
-    def cases_size(self) -> int:
-        return self.input.size()
-
-    def local_cases_file(self, folder: Path) -> Path:
-        return self.input.local_copy(folder)
-
-    def byte_ranges(self, n: int) -> list[tuple[int, int]]:
-        """One range: a tool's export is read whole by its reader (a JSON document, a Parquet
-        file), never cut into lines."""
-        return [(0, self.input.size())]
-
-    def copy_range(self, start: int, end: int, folder: Path) -> Path:
-        return self.input.copy_range(start, end, folder)
-
-    def digest(self) -> str:
-        """The input's and the qrels' (`artifacts_digest`), as `FormatIngest` records it."""
-        qrels = None if self.qrels is None else self.qrels.digest().removeprefix("blake3:")
-        return artifacts_digest(self.input.digest().removeprefix("blake3:"), qrels)
 
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> FormatIngest:
@@ -111,7 +82,7 @@ def format_source(format_name: str, location: Path | str, *, qrels: Path | str |
     judged = None if qrels is None else existing_input(qrels, "--qrels")
     config = {"source": format_name, "input": stored.location, "qrels": None if judged is None else judged.location}
     manifest = input_manifest(stored, location, run_id, top_k=top_k, config=config)
-    return [FormatSource(format_name, manifest, stored, judged)]
+    return [FormatSource(manifest, stored, judged, format_name)]
 
 
 def needs_qrels(format_name: str, location: Path | str, qrels: Path | str | None) -> None:

@@ -51,6 +51,7 @@ from ..storage.hashing import HashingStream, file_digest
 from .case_file import FileFacts, Prefetch
 from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, StagedBatch
 from .reject_stream import RejectStream
+from .one_input import OneInputSource, artifacts_digest
 from .stored_file import StoredFile
 
 # Blocks of this many bytes of whole lines are parsed at a time (about 170k run lines):
@@ -66,43 +67,15 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
-class TrecSource:
-    """A TREC run file and its qrels, local or in a bucket: a source of run artifacts
+class TrecSource(OneInputSource):
+    """A TREC run file (`input`) and its qrels, local or in a bucket: a source of run artifacts
     (flows/sources/source.py `RunSource`) with a manifest made of the files, the run file in
     place of a cases file, both files fingerprinted."""
 
-    manifest: Manifest
-    run_file: StoredFile
     qrels: StoredFile
 
-    @property
-    def run_id(self) -> str:
-        return self.manifest.run_id
-
-    @property
-    def cases_uri(self) -> str:
-        return self.run_file.location
-
     def fingerprint(self) -> list:
-        return [self.run_file.fingerprint(), self.qrels.fingerprint()]
-
-    def cases_size(self) -> int:
-        return self.run_file.size()
-
-    def local_cases_file(self, folder: Path) -> Path:
-        return self.run_file.local_copy(folder)
-
-    def byte_ranges(self, n: int) -> list[tuple[int, int]]:
-        """One range: no part of a run file is a run of its own (a topic's lines may lie
-        anywhere in it, and a judged topic it lacks is a case of the whole run)."""
-        return [(0, self.run_file.size())]
-
-    def copy_range(self, start: int, end: int, folder: Path) -> Path:
-        return self.run_file.copy_range(start, end, folder)
-
-    def digest(self) -> str:
-        """Both files' (`artifacts_digest`), as `TrecIngest` records it."""
-        return artifacts_digest(self.run_file.digest().removeprefix("blake3:"), self.qrels.digest().removeprefix("blake3:"))
+        return [self.input.fingerprint(), self.qrels.fingerprint()]
 
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> TrecIngest:
@@ -149,13 +122,6 @@ def trec_source(run_file: Path | str, qrels: Path | str, run_id: str | None = No
     manifest = input_manifest(run, run_file, run_id, top_k=top_k,
                               config={"source": "trec", "trec_run": run.location, "qrels": judged.location})
     return TrecSource(manifest, run, judged)
-
-
-def artifacts_digest(input_digest: str, qrels_digest: str | None) -> str:
-    """What the warehouse records as the artifact digest of a run read from an input file (a
-    TREC run, another tool's export) and its qrels: both files' BLAKE3, the input's alone when
-    it holds its own gold (no qrels)."""
-    return f"blake3:{input_digest}" + ("" if qrels_digest is None else f"+blake3:{qrels_digest}")
 
 
 # ---------------------------------------------------------------- blocks of lines
@@ -346,7 +312,7 @@ class TrecIngest:
         self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
-        run_file, shown = self.source.run_file.local_copy(self.scratch), self.source.run_file.location
+        run_file, shown = self.source.input.local_copy(self.scratch), self.source.input.location
         qrels_file = self.source.qrels.local_copy(self.scratch)
         qrels = read_qrels(qrels_file, self.source.qrels.location, rejects=RejectStream(self.scratch, "qrels-rejects"))
         if self.committed_digest is not None:  # only then is a first pass over the run worth its cost
@@ -388,7 +354,7 @@ class TrecIngest:
                 n_records += sum(frame.height for frame in pending)
                 index, pending, n_items = index + 1, [], 0
         if not ran and not len(read.rejects):
-            raise InputError(f"{self.source.run_file.location}: holds no run lines (qid Q0 docno rank score tag)")
+            raise InputError(f"{self.source.input.location}: holds no run lines (qid Q0 docno rank score tag)")
         if self._refusing(qrels, read):
             return 0
         if pending:
@@ -410,4 +376,4 @@ class TrecIngest:
         try:
             return StagedBatch(attempt, index, stage(cases, self.relevance_level))
         except NotClean as error:  # every rule stage checks was applied to the lines already
-            raise RuntimeError(f"{self.source.run_file.location}: TREC cases failed staging's checks ({error})") from None
+            raise RuntimeError(f"{self.source.input.location}: TREC cases failed staging's checks ({error})") from None
