@@ -19,9 +19,9 @@ class CountingPuts:
     def __init__(self, store):
         self.inner, self.puts = store, Counter()
 
-    def put(self, key: str, data, *, overwrite: bool = False) -> str:
+    def put(self, key: str, data, *, overwrite: bool = False, checksum: str | None = None) -> str:
         self.puts[key] += 1
-        return self.inner.put(key, data, overwrite=overwrite)
+        return self.inner.put(key, data, overwrite=overwrite, checksum=checksum)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ...transforms.errors import InputError
-from ..storage import LocationError, NotFound, ObjectInfo, open_store, parse_location
+from ..storage import LocationError, NotFound, ObjectInfo, is_uri, open_store, parse_location
 from ..storage.hashing import file_digest
 from ..storage.store import Store
 
@@ -22,12 +22,6 @@ from ..storage.store import Store
 LINE_PROBE_BYTES = 64 * 1024
 # A byte range is copied in reads of at most this many bytes (one request each in a bucket).
 RANGE_READ_BYTES = 32 * 1024 * 1024
-
-
-def is_uri(location: str | os.PathLike) -> bool:
-    """Whether a location names an object in a bucket (`s3://…`), not a local path."""
-    text = os.fspath(location)
-    return "://" in text and not text.lower().startswith("file://")
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError, StoreUnavailable
 from .local_store import LocalStore
-from .locations import Location, LocationError, join_key, parse_location
+from .locations import Location, LocationError, is_uri, join_key, parse_location
 from .store import ObjectInfo, Store
 
 __all__ = [
     "AccessDenied", "AlreadyExists", "CorruptObject", "Location", "LocationError", "LocalStore",
-    "NotFound", "ObjectInfo", "Store", "StoreError", "StoreUnavailable", "join_key", "open_store",
+    "NotFound", "ObjectInfo", "Store", "StoreError", "StoreUnavailable", "is_uri", "join_key", "open_store",
     "parse_location",
 ]
 

@@ -65,9 +65,10 @@ class LocalStore:
         with _failures(path), open(path, "rb") as handle:
             return checksum_of_stream(handle, sink)
 
-    def put(self, key: str, data: bytes | Path, *, overwrite: bool = False) -> str:
+    def put(self, key: str, data: bytes | Path, *, overwrite: bool = False, checksum: str | None = None) -> str:
         path = self.path_of(key)
-        checksum = checksum_of_file(data) if isinstance(data, Path) else checksum_of_bytes(data)
+        if checksum is None:
+            checksum = checksum_of_file(data) if isinstance(data, Path) else checksum_of_bytes(data)
         if not self._place(path, data, overwrite=overwrite) and checksum_of_file(path) != checksum:
             raise AlreadyExists(f"{path}: already exists with other bytes")
         return checksum

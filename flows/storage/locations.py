@@ -45,6 +45,13 @@ class Location:
         return f"{self.scheme}://{self.bucket}/{self.path}".rstrip("/")
 
 
+def is_uri(location: str | os.PathLike) -> bool:
+    """Whether a location names an object in a bucket (`s3://…`), not a local path (a
+    `file://` URI names a local path)."""
+    text = os.fspath(location)
+    return "://" in text and not text.lower().startswith("file://")
+
+
 def join_key(*parts: str) -> str:
     """Keys joined with "/", ignoring empty parts and the slashes at their ends."""
     return "/".join(part.strip("/") for part in parts if part.strip("/"))

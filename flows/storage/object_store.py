@@ -118,8 +118,9 @@ class ObjectStore:
         with _failures(self._where(key)):
             return checksum_of_chunks(obstore.get(self._client, key).stream(min_chunk_size=STREAM_CHUNK), sink)
 
-    def put(self, key: str, data: bytes | Path, *, overwrite: bool = False) -> str:
-        checksum = checksum_of_file(data) if isinstance(data, Path) else checksum_of_bytes(data)
+    def put(self, key: str, data: bytes | Path, *, overwrite: bool = False, checksum: str | None = None) -> str:
+        if checksum is None:
+            checksum = checksum_of_file(data) if isinstance(data, Path) else checksum_of_bytes(data)
         try:
             self._put(key, data, checksum, mode="overwrite" if overwrite else "create")
         except AlreadyExists:

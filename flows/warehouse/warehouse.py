@@ -39,7 +39,7 @@ from ..storage.errors import NotFound, StoreError, StoreUnavailable
 from ..storage.hashing import file_digest
 from ..storage.interrupts import interrupts_deferred
 from ..storage.local_store import LocalStore, fsync_path
-from ..storage.locations import LocationError, join_key, parse_location
+from ..storage.locations import LocationError, is_uri, join_key, parse_location
 from ..storage import open_store
 
 TABLES = ("runs", "cases", "retrieved", "case_metrics", "aggregates", "rejects")
@@ -190,7 +190,7 @@ class Warehouse:
 
     def __init__(self, root: Path | str):
         text = os.fspath(root)
-        self.remote = "://" in text and not text.startswith("file://")
+        self.remote = is_uri(text)
         if self.remote:
             try:
                 self.location = parse_location(text)
@@ -199,7 +199,7 @@ class Warehouse:
             self.store, self.prefix = open_store(self.location)
             self.root = work_folder(str(self.location))
         else:
-            local = Path(text[len("file://"):]) if text.startswith("file://") else Path(text)
+            local = Path(str(parse_location(text))) if "://" in text else Path(text)  # file:///…
             self.root = utf8_root(local)
             self.location = parse_location(str(self.root))
             self.store, self.prefix = LocalStore(self.root), ""
@@ -213,6 +213,10 @@ class Warehouse:
     def key(self, relative: str) -> str:
         """The store's key of a path relative to the warehouse (a part's `path`, a log entry)."""
         return join_key(self.prefix, relative) if self.prefix else relative
+
+    def relative(self, key: str) -> str:
+        """The path relative to the warehouse of one of its store's keys (`key`'s inverse)."""
+        return key[len(self.prefix) + 1:] if self.prefix else key
 
     def shown(self, relative: str) -> str:
         """A file of the warehouse as messages name it: its path, or its URI."""
@@ -237,7 +241,7 @@ class Warehouse:
         for its own parts, so that the commit puts none but those still staged here."""
         staged = self.root / part.path
         try:
-            self.store.put(self.key(part.path), staged)
+            self.store.put(self.key(part.path), staged, checksum=part.blake3)  # hashed as it was written
         except BaseException:
             staged.unlink(missing_ok=True)  # its key is fresh: a retry writes another part
             raise
@@ -376,7 +380,7 @@ class Warehouse:
         was written: a listing, for upkeep and `warehouse check`, never for what is committed."""
         for table in TABLES:
             for info in self.store.list(self.key(table)):
-                relative = info.key[len(self.prefix) + 1:] if self.prefix else info.key
+                relative = self.relative(info.key)
                 segments = relative.split("/")
                 if len(segments) == 3 and segments[1].startswith("run_id=") and segments[2].endswith(".parquet"):
                     yield relative, info.modified
@@ -390,7 +394,7 @@ class Warehouse:
             folders = [f"{table}/run_id={run_id}" for run_id in run_ids] if run_ids is not None else [table]
             for folder in folders:
                 for info in self.store.list(self.key(folder)):
-                    relative = info.key[len(self.prefix) + 1:] if self.prefix else info.key
+                    relative = self.relative(info.key)
                     if relative.rsplit("/", 1)[-1].startswith(marker) and relative not in referenced:
                         self.store.delete(info.key)
                 if not self.remote:
