@@ -24,6 +24,7 @@ ROOT = BENCH.parent
 if __package__ in (None, ""):
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.generate import SHAPES  # noqa: E402
 from benchmarks.run import (  # noqa: E402
     WORK,
     compile_project,
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, required=True, help="a checkout with its own .venv")
     parser.add_argument("--cases", type=int, default=100_000)
     parser.add_argument("--depth", type=int, default=20)
-    parser.add_argument("--shape", choices=["standard", "sparse"], default="standard")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="standard")
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args(argv)
     run_dir = ensure_dataset(WORK / "data" / dataset_name(args.cases, args.depth, args.shape), args.cases, args.depth,

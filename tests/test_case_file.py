@@ -3,14 +3,18 @@ are imported is the one the first ingest takes and gives what a read started on 
 a read nobody takes is stopped; its facts tell what JSON forbids and Arrow would take."""
 
 import json
+import os
 import threading
 
 import pyarrow as pa
 import pytest
-from builders import case, write_run
+from builders import case, cli, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from retrieval_eval.flows.sources.case_file import CaseFileRead, Prefetch, scan_facts
+from retrieval_eval.flows.sources.artifacts import first_cases_file
+from retrieval_eval.flows.sources.stored_file import StoredFile
+from retrieval_eval.flows.warehouse.warehouse import Warehouse
 from retrieval_eval.transforms.case_schema import NotClean
 
 
@@ -34,9 +38,9 @@ def _reading_threads() -> list[threading.Thread]:
 def test_a_read_started_ahead_is_taken_over_and_reads_the_same_cases(tmp_path):
     path = _cases_file(tmp_path)
     on_demand = _read_all(CaseFileRead(path), batch_items=10)  # 4 items a case: tables of 3 cases
-    with Prefetch(path) as prefetch:
-        read = prefetch.take(path)
-        assert read is not None and prefetch.take(path) is None  # handed over once
+    with Prefetch(StoredFile(str(path))) as prefetch:
+        read = prefetch.take(StoredFile(str(path)))
+        assert read is not None and prefetch.take(StoredFile(str(path))) is None  # handed over once
         ahead = _read_all(read, batch_items=10)
     assert ahead.equals(on_demand)
     assert ahead.column("case_id").to_pylist() == [f"c{i}" for i in range(30)]
@@ -44,14 +48,14 @@ def test_a_read_started_ahead_is_taken_over_and_reads_the_same_cases(tmp_path):
 
 def test_a_read_nobody_takes_is_stopped_with_its_prefetch(tmp_path):
     path = _cases_file(tmp_path)
-    with Prefetch(path) as prefetch:
+    with Prefetch(StoredFile(str(path))) as prefetch:
         started = prefetch._read
         assert started is not None and started.path == path
     assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
     assert not _reading_threads()
-    with Prefetch(path) as prefetch:
+    with Prefetch(StoredFile(str(path))) as prefetch:
         started = prefetch._read
-        assert prefetch.take(tmp_path / "another.jsonl") is None  # another file: the read is stopped
+        assert prefetch.take(StoredFile(str(tmp_path / "another.jsonl"))) is None  # another file: the read is stopped
         assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
 
 
@@ -145,3 +149,22 @@ def test_tables_asked_of_a_closed_read_end_it_rather_than_wait(tmp_path):
     read.close()
     with pytest.raises(Stopped):
         list(read.tables(10))
+
+
+def test_the_first_run_is_read_ahead_unless_its_file_is_the_one_its_commit_recorded(tmp_path):
+    # `run` starts reading the first run's cases file while it imports its engines; a run whose
+    # file is the one the warehouse recorded (same stamp) is likely reused, so it is not read.
+    runs, warehouse = tmp_path / "runs", tmp_path / "wh"
+    items = [{"id": "k1::0", "parent_id": "k1", "score": 1.0}]
+    write_run(runs, "run-a", [case("c1", items, ["k1"])])
+    write_run(runs, "run-b", [case("c1", items, ["k2"])], created_at="2026-11-02T02:00:00Z")
+    cases_a = runs / "run-a" / "cases.jsonl"
+    first = first_cases_file(runs, {})
+    assert first is not None and first.location == str(cases_a.absolute())
+    done = cli("run", str(runs), "--warehouse", str(warehouse), "--report-dir", str(tmp_path / "rep"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert first_cases_file(runs, Warehouse(warehouse).committed_sources()) is None
+    stat = cases_a.stat()
+    os.utime(cases_a, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # touched: read again
+    touched = first_cases_file(runs, Warehouse(warehouse).committed_sources())
+    assert touched is not None and touched.location == str(cases_a.absolute())

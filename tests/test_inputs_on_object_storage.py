@@ -2,17 +2,23 @@
 baseline, a TREC run and its qrels, read from a real S3 API on loopback (moto's server,
 tests/s3_server.py) through the real command. The figures equal those of the same files read
 from local disk; a missing object or a dead endpoint is exit 2 in one line; an unchanged run
-is not downloaded again (counted in moto's own request log)."""
+is not downloaded again (counted in moto's own request log); an object replaced after it was
+listed is not read as the one listed."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 from builders import cli, reader
+from retrieval_eval.flows.sources.case_file import Prefetch
+from retrieval_eval.flows.sources.stored_file import StoredFile
 from retrieval_eval.flows.storage import open_store
+from retrieval_eval.flows.storage.errors import ObjectChanged
 from s3_server import free_port
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data"
@@ -191,3 +197,33 @@ def test_an_unchanged_run_on_s3_is_not_downloaded_again(sample_on_s3, s3_bucket,
     assert third.returncode == 0, third.stderr
     assert gets_of(log, s3_bucket, "cases.jsonl") > after_first
     assert gets_of(log, s3_bucket, "manifest.json") == manifests + 1  # that one manifest (a new etag), read again
+
+
+def test_a_read_ahead_is_taken_only_for_the_object_the_job_lists(s3_bucket):
+    # `run` streams the first run's cases file while it imports its engines, and the job lists
+    # the runs again: an object replaced in between (another ETag) is not taken from the read
+    # ahead, and a stream bound to the ETag it listed fails rather than give the new bytes.
+    uri = f"s3://{s3_bucket}/ahead/run-a/cases.jsonl"
+    store, key = open_store(uri)
+    store.put(key, b"first bytes\n")
+    listed = store.head(key)
+    store.put(key, b"other bytes\n", overwrite=True)
+    relisted = store.head(key)
+    assert relisted.etag != listed.etag
+    with Prefetch(StoredFile(uri, listed)) as prefetch:
+        assert prefetch.take(StoredFile(uri, relisted)) is None
+    stale = StoredFile(uri, listed).stream()
+    try:
+        with pytest.raises(ObjectChanged, match="^" + re.escape(uri) + ": changed since it was listed"):
+            stale.reader(threading.Event()).read()
+    finally:
+        stale.close()
+    fresh = StoredFile(uri, relisted).stream()
+    try:
+        assert fresh.reader(threading.Event()).read() == b"other bytes\n"
+    finally:
+        fresh.close()
+    with Prefetch(StoredFile(uri, relisted)) as prefetch:
+        read = prefetch.take(StoredFile(uri, relisted))
+        assert read is not None and read.where == uri
+        read.close()

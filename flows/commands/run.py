@@ -19,6 +19,7 @@ from ..inputs.options import values_of
 from ..sources.artifacts import first_cases_file
 from ..sources.case_file import Prefetch
 from ..storage.interrupts import import_engines
+from ..warehouse.warehouse import Warehouse
 from .collector import imports_done
 from .exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 from .terminal import colour_wanted
@@ -64,9 +65,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_source_arguments(args)
     if tracked(args):
         return run_with_prefect(args)
-    # The first run's file is parsed while Polars and DuckDB are imported.
+    # The first run's file is parsed while Polars and DuckDB are imported (streamed when in a bucket).
     native = args.trec_run is None and args.source == "native"
-    with Prefetch(first_cases_file(args.runs or config.RUNS) if native else None) as prefetch:
+    first = first_cases_file(args.runs or config.RUNS, committed_sources(args.warehouse)) if native else None
+    with Prefetch(first) as prefetch:
         import_engines()
         from ..job.job import InProcess, run_job  # deferred: the job's engines import while Prefetch reads
 
@@ -77,6 +79,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         finally:
             steps.close()
     return print_run(args, result)
+
+
+def committed_sources(warehouse: str | os.PathLike) -> dict[str, dict]:
+    """The warehouse's source records (`Warehouse.committed_sources`), read before the engines
+    are imported; none when it is not as it should be (the job reads it again, and says why in
+    its turn). A store that cannot be reached is said now, as the job would say it: once, not
+    after its retries ran twice."""
+    try:
+        return Warehouse(warehouse).committed_sources()
+    except (InputError, OSError):
+        return {}
 
 
 def run_with_prefect(args: argparse.Namespace) -> int:
@@ -90,7 +103,6 @@ def run_with_prefect(args: argparse.Namespace) -> int:
     import_engines()
     imports_done()
     from ..job.prefect_flows import LostApi, run_tracked  # deferred: Prefect's import costs seconds
-    from ..warehouse.warehouse import Warehouse  # deferred: after import_engines (start-up)
 
     options = job_options(args)
     warehouse = Warehouse(options.warehouse)

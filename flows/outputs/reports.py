@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from importlib.resources import files
 from pathlib import Path
@@ -189,13 +190,14 @@ def computed_case_metrics(con: duckdb.DuckDBPyConnection, run_ids: list[str], k:
     return con.sql(sql.load("case_metrics"), params={"ks": [k]}).filter(of_runs).pl()
 
 
-def write_report(options: ReportOptions, state: State) -> WrittenReport:
+def write_report(options: ReportOptions, state: State, con: duckdb.DuckDBPyConnection | None = None) -> WrittenReport:
     """Read the report of `state` and write it to `options.report_dir`; nothing is written
-    unless every read succeeds."""
+    unless every read succeeds. `con`: a connection of the caller's that the report may make
+    its views on (opening one costs about 0.05 s), else one of its own."""
     warehouse = Warehouse(options.warehouse)
     baseline = options.baseline
-    with connect() as con:
-        report = read_report(con, warehouse, state, options.kb, baseline)
+    with nullcontext(con) if con is not None else connect() as reading:
+        report = read_report(reading, warehouse, state, options.kb, baseline)
     reference = baseline_reference(baseline.snapshot) if baseline else None
     images = draw_charts(report, reference) if options.charts else {}
     with output_folder(options.report_dir, put_last=PAGES) as folder:

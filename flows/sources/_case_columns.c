@@ -632,19 +632,69 @@ static void free_columns(Columns *cols) {
     free(cols->stack.data);
 }
 
-static PyObject *as_bytes(const Buf *b) { return PyBytes_FromStringAndSize(b->data ? b->data : "", (Py_ssize_t)b->len); }
+/* A buffer the parser filled, handed to Python without a copy: it owns the memory (freed with
+ * it) and exposes it, read-only, through the buffer protocol, which pyarrow wraps
+ * (pa.py_buffer); len() is its size in bytes. Copying every column into a bytes object cost a pass over them with the
+ * GIL held, and as many fresh pages again. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Owned;
+
+static void owned_dealloc(Owned *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int owned_getbuffer(Owned *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->len, 1, flags);
+}
+
+static Py_ssize_t owned_length(Owned *self) { return self->len; }
+
+static PyBufferProcs owned_as_buffer = {(getbufferproc)owned_getbuffer, NULL};
+static PySequenceMethods owned_as_sequence = {.sq_length = (lenfunc)owned_length};
+
+static PyTypeObject OwnedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "_case_columns.Owned",
+    .tp_doc = "A column buffer of the parser's, read-only (the buffer protocol).",
+    .tp_basicsize = sizeof(Owned),
+    .tp_dealloc = (destructor)owned_dealloc,
+    .tp_as_buffer = &owned_as_buffer,
+    .tp_as_sequence = &owned_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+/* The buffer's memory, now the Python object's (the Buf is left empty: free_columns skips it). */
+static PyObject *as_bytes(Buf *b) {
+    if (b->len < b->cap) { /* give back what the doubling reserved beyond the end (in place) */
+        char *data = realloc(b->data, b->len ? b->len : 1);
+        if (data) b->data = data;
+    } else if (!b->data && !(b->data = malloc(1))) { /* nothing put: an empty buffer, not a NULL one */
+        return PyErr_NoMemory();
+    }
+    Owned *owned = PyObject_New(Owned, &OwnedType);
+    if (!owned) return NULL;
+    owned->data = b->data;
+    owned->len = (Py_ssize_t)b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)owned;
+}
 
 /* (bitmap or None, null count): no bitmap when nothing is null, as Arrow writes it. */
-static PyObject *validity(const Valid *v) {
+static PyObject *validity(Valid *v) {
     if (v->nulls == 0) return Py_BuildValue("(OL)", Py_None, (long long)0);
     return Py_BuildValue("(NL)", as_bytes(&v->bits), (long long)v->nulls);
 }
 
-static PyObject *strings_tuple(const Strings *s) {
+static PyObject *strings_tuple(Strings *s) {
     return Py_BuildValue("(NNN)", validity(&s->valid), as_bytes(&s->offsets), as_bytes(&s->data));
 }
 
-static PyObject *columns_tuple(const Columns *cols) {
+static PyObject *columns_tuple(Columns *cols) {
     PyObject *text = PyTuple_New(N_TEXT), *gold = PyTuple_New(N_GOLD);
     if (!text || !gold) goto fail;
     for (int i = 0; i < N_TEXT; i++) {
@@ -653,12 +703,12 @@ static PyObject *columns_tuple(const Columns *cols) {
         PyTuple_SET_ITEM(text, i, column);
     }
     for (int i = 0; i < N_GOLD; i++) {
-        const StringLists *g = &cols->gold[i];
+        StringLists *g = &cols->gold[i];
         PyObject *column = Py_BuildValue("(NNN)", validity(&g->valid), as_bytes(&g->offsets), strings_tuple(&g->items));
         if (!column) goto fail;
         PyTuple_SET_ITEM(gold, i, column);
     }
-    const Items *it = &cols->context;
+    Items *it = &cols->context;
     return Py_BuildValue("(LNN(NNLNN(NN)))", (long long)cols->n, text, gold, validity(&it->valid),
                          as_bytes(&it->offsets), (long long)it->n_items, strings_tuple(&it->id),
                          strings_tuple(&it->parent_id), validity(&it->score_valid), as_bytes(&it->scores));
@@ -710,5 +760,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__case_columns(void) {
     c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
     if (!c_locale) return PyErr_NoMemory();
+    if (PyType_Ready(&OwnedType) < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -14,7 +14,7 @@ from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest, parse_manifest
 from ...transforms.records import UnkeepableText, strict_json_loads
 from ..storage import NotFound, ObjectInfo, open_store, parse_location
-from .case_file import Prefetch
+from .case_file import Prefetch, streamable
 from .schemas import validate
 from .stored_file import StoredFile, is_uri
 
@@ -66,7 +66,7 @@ class RunFolder:
     def ingest(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
                committed_digest: str | None, prefetch: Prefetch | None = None) -> Ingest:
         from .ingest import Ingest  # deferred: it imports Polars, and the CLI imports this module before the engines
-        read = prefetch.take(self.cases.path) if prefetch is not None and self.cases.is_local else None
+        read = prefetch.take(self.cases) if prefetch is not None else None
         return Ingest(self.cases, scratch, allow_rejects=allow_rejects, relevance_level=relevance_level,
                       batch_items=batch_items, read=read, committed_digest=committed_digest)
 
@@ -216,12 +216,23 @@ def load_run_folders(runs: Path | str, committed: Mapping[str, dict] | None = No
     return [load_run_folder(run_dir) for run_dir in find_run_dirs(local)]
 
 
-def first_cases_file(runs: Path | str) -> Path | None:
-    """The local cases file that the runs of RUNS are read from first, or None when RUNS is
-    in a bucket or not as it should be (reading the manifests then says why)."""
-    if "://" in str(runs):
-        return None
+def first_cases_file(runs: Path | str, committed: Mapping[str, dict]) -> StoredFile | None:
+    """The cases file that the runs of RUNS are read from first (local, or in a bucket when its
+    strict read can start from memory, `streamable`), to be read ahead while the engines are
+    imported; None when RUNS is not as it should be (reading the manifests then says why), or
+    when that file is the one its run recorded (`committed`: the warehouse's source records),
+    whose evaluation then likely stands: an unchanged run is not read (SPEC 14)."""
     try:
-        return cases_file_in(find_run_dirs(Path(runs))[0]).absolute()
+        if is_uri(runs):
+            run_dir, files = next(iter(stored_run_folders(str(runs)).items()))
+            name = the_one_cases_file(run_dir, list(files))
+            cases = StoredFile(f"{run_dir}/{name}", files[name])
+        else:
+            cases_path = cases_file_in(find_run_dirs(Path(runs))[0]).absolute()
+            run_dir, cases = str(cases_path.parent), StoredFile(str(cases_path))
     except InputError:
         return None
+    stamp = (committed.get(run_dir.rstrip("/").rsplit("/", 1)[-1]) or {}).get("stamp")
+    if stamp and stamp[-1] == cases.fingerprint() or not streamable(cases.name) and not cases.is_local:
+        return None
+    return cases

@@ -13,9 +13,10 @@ sends the file to the line-by-line rules.
   the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
   forbids, so its facts count lines and look for that.
 A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
-evaluated. A file still being downloaded from a bucket (flows/sources/stored_file.py `Download`)
-is followed as it grows by the strict parser, whose digest is then the download's; Arrow's
-reader waits for the download to end.
+evaluated. An object in a bucket is read as it arrives (flows/sources/stored_file.py): the
+strict parser takes it from memory (`StreamedObject`) or follows a file being downloaded
+(`Download`), and its digest is then the one computed on the way; Arrow's reader waits for a
+download to end.
 
 This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
 run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
@@ -25,15 +26,14 @@ parse fills the core the imports leave idle, and hands the read down to the job.
 from __future__ import annotations
 
 import gzip
-import io
 import queue
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -42,14 +42,14 @@ from blake3 import blake3
 
 from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
 from ...transforms.records import MAX_RECORD_BYTES
+from ..storage.hashing import checksum_of_file_in_place
+from .stored_file import DOWNLOAD_POLL_SECONDS, Download, Stopped, StoredFile, StreamedObject
 
 try:
     from . import _case_columns  # the strict parser (flows/sources/_case_columns.c), built at install
 except ImportError:  # not compiled here (no C compiler at install): Arrow's reader reads every file
     _case_columns = None
 
-if TYPE_CHECKING:
-    from .stored_file import Download
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
@@ -74,46 +74,6 @@ TOKEN_OVERLAP = max(map(len, NON_JSON_NUMBERS)) - 1
 # Hits of one byte in a block that `find` takes one by one before one NumPy pass takes them all
 # (each find costs about a thousandth of a pass over a MiB block).
 FIND_BUDGET = 1024
-# How long a wait for a download's bytes lasts before the read looks whether it was closed.
-DOWNLOAD_POLL_SECONDS = 0.1
-
-
-class Stopped(Exception):
-    """The read was closed while its tables were being taken."""
-
-
-class GrowingFile(io.RawIOBase):
-    """A file being downloaded, read as a local file is: a read waits until the bytes it asks
-    for are there or the download has ended, raises the download's error when it failed, and
-    Stopped once `stop` is set."""
-
-    def __init__(self, download: Download, stop: threading.Event) -> None:
-        self._download = download
-        self._stop = stop
-        self._file = open(download.path, "rb", buffering=0)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        filled = 0
-        while filled < len(view):
-            ended = self._download.ended()  # asked before the read: then a short read is the end
-            n = self._file.readinto(view[filled:])
-            filled += n
-            if n:
-                continue
-            if ended:
-                break
-            if self._stop.is_set():
-                raise Stopped
-            self._download.wait_past(self._file.tell(), DOWNLOAD_POLL_SECONDS)
-        return filled
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
 
 
 def open_text_lines(path: Path) -> IO[bytes]:
@@ -253,19 +213,26 @@ def _blocks(stream: IO[bytes], stop: threading.Event | None) -> Iterator[bytes]:
         yield block
 
 
+def _stop_check(stop: threading.Event | None) -> Callable[[], None]:
+    def check() -> None:
+        if stop is not None and stop.is_set():
+            raise Stopped
+    return check
+
+
 def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = True) -> FileFacts:
     """One pass over `path`: BLAKE3 of its bytes as stored (a cryptographic hash about 2.5×
     faster than SHA-256 here) and, unless not `text` (the strict parser's reads), the scan of
     its text (decompressed for a .gz). Raises Stopped when `stop` is set."""
+    if not text:
+        return FileFacts("blake3:" + checksum_of_file_in_place(path, _stop_check(stop)), None, None, True)
     digest = blake3()
     scan = _Scan()
     with open(path, "rb") as handle:
         for block in _blocks(handle, stop):
             digest.update(block)
-            if text and path.suffix != ".gz":
+            if path.suffix != ".gz":
                 scan.update(block)
-    if not text:
-        return FileFacts("blake3:" + digest.hexdigest(), None, None, True)
     if path.suffix == ".gz":
         with gzip.open(path, "rb") as text:
             for block in _blocks(text, stop):
@@ -317,20 +284,26 @@ def _int32_values(array: pa.Int32Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
 
 
-def _line_blocks(handle: IO[bytes], stop: threading.Event) -> Iterator[memoryview]:
+def _line_blocks(handle: IO[bytes], stop: threading.Event, buffers: int) -> Iterator[memoryview]:
     """The file in blocks of whole lines of about STRICT_BLOCK_BYTES. A line longer than a
     block makes its block longer; one past MAX_RECORD_BYTES is handed on as it is (the parser
-    refuses it, as the rules do) and the read ends there."""
+    refuses it, as the rules do) and the read ends there. The blocks are read into `buffers`
+    buffers taken in turn: a block stays as it is until `buffers` - 1 more were taken (a fresh
+    4 MiB buffer for each block cost as many page faults, zeroed, as the file has pages)."""
     carry = b""
+    ring = [bytearray() for _ in range(buffers)]
+    given = 0  # blocks handed on: the next one goes in ring[given % buffers]
     while True:
         if stop.is_set():
             raise Stopped
-        block = bytearray(len(carry) + STRICT_BLOCK_BYTES)
+        block = ring[given % buffers]
+        if len(block) < len(carry) + STRICT_BLOCK_BYTES:
+            block = ring[given % buffers] = bytearray(len(carry) + STRICT_BLOCK_BYTES)
         block[:len(carry)] = carry
-        size = len(carry) + handle.readinto(memoryview(block)[len(carry):])
+        size = len(carry) + handle.readinto(memoryview(block)[len(carry):len(carry) + STRICT_BLOCK_BYTES])
         if size == len(carry):  # the end of the file
             if carry:
-                yield memoryview(carry)
+                yield memoryview(block)[:size]
             return
         cut = block.rfind(b"\n", 0, size) + 1
         if cut == 0 and size <= MAX_RECORD_BYTES:
@@ -340,6 +313,7 @@ def _line_blocks(handle: IO[bytes], stop: threading.Event) -> Iterator[memoryvie
             yield memoryview(block)[:size]
             return
         carry = bytes(block[cut:size])
+        given += 1
         yield memoryview(block)[:cut]
 
 
@@ -380,17 +354,23 @@ class CaseFileRead:
     `path` is that download's file, still growing: the strict parser follows it, and its
     digest is the one the download computed.
 
+    `path` is None for an object streamed into memory (`download` a StreamedObject, which
+    only the strict parser reads: see `streamable`); `where` names the file either way.
+
     Whatever stops the parse is raised where the tables are taken: NotClean when the fast
     pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
     value that is not an object, or a refusal), as it is otherwise (an unreadable or truncated
-    file). `close()` stops both threads."""
+    file). `close()` stops both threads, and the download."""
 
-    def __init__(self, path: Path, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
-                 scan: bool = True, strict: bool = True, download: Download | None = None) -> None:
+    def __init__(self, path: Path | None, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
+                 scan: bool = True, strict: bool = True, download: Download | StreamedObject | None = None) -> None:
         self.path = path
+        self.where = str(path) if path is not None else download.location
         self._download = download
         self._schema = schema
-        self.strict = strict and scan and _case_columns is not None and path.suffix != ".gz"
+        self.strict = strict and scan and _case_columns is not None and (path is None or path.suffix != ".gz")
+        if path is None and not self.strict:
+            raise ValueError(f"{self.where}: only the strict parser reads a stream")
         self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
         self._done = threading.Event()
         self._room = threading.Condition()  # the columns handed on and not yet taken, in bytes
@@ -425,7 +405,7 @@ class CaseFileRead:
         return checksum
 
     def _open(self) -> IO[bytes]:
-        return open(self.path, "rb") if self._download is None else GrowingFile(self._download, self._done)
+        return open(self.path, "rb") if self._download is None else self._download.reader(self._done)
 
     def _parse_strict(self) -> None:
         """Blocks of whole lines parsed PARSE_THREADS at a time (the parser lets go of the GIL),
@@ -433,7 +413,8 @@ class CaseFileRead:
         try:
             with self._open() as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
                 pending: deque[Future] = deque()
-                blocks = _line_blocks(handle, self._done)
+                # A block is parsed before PARSE_THREADS + 1 more are read: its buffer is then free.
+                blocks = _line_blocks(handle, self._done, buffers=PARSE_THREADS + 2)
                 while True:
                     for block in blocks:
                         pending.append(pool.submit(_case_columns.parse, block, MAX_RECORD_BYTES))
@@ -553,6 +534,8 @@ class CaseFileRead:
         self._done.set()
         for thread in self._threads:
             thread.join()
+        if self._download is not None:
+            self._download.close()
 
     def __enter__(self) -> CaseFileRead:
         return self
@@ -561,17 +544,28 @@ class CaseFileRead:
         self.close()
 
 
+def streamable(name: str) -> bool:
+    """Whether a cases file of this name in a bucket is read from memory as it arrives (the
+    strict parser, compiled here, reads a plain file), rather than from a local copy."""
+    return _case_columns is not None and not name.endswith(".gz")
+
+
 class Prefetch:
     """A read started before it is asked for (the CLI starts its first run's read before it
-    imports the engines), handed to the first ingest of that file (`take`); a read nobody
-    took is closed with the prefetch."""
+    imports the engines: a local file, or an object streamed from its bucket), handed to the
+    first ingest of that file (`take`); a read nobody took is closed with the prefetch."""
 
-    def __init__(self, path: Path | None) -> None:
-        self._read = CaseFileRead(path) if path is not None else None
+    def __init__(self, first: StoredFile | None) -> None:
+        self._first = first
+        self._read: CaseFileRead | None = None
+        if first is not None:
+            self._read = CaseFileRead(first.path) if first.is_local else CaseFileRead(None, download=first.stream())
 
-    def take(self, path: Path) -> CaseFileRead | None:
+    def take(self, cases: StoredFile) -> CaseFileRead | None:
+        """The read of `cases` when it is the one started: the same location and, for an object,
+        the ETag of the same listing (an object listed again since, as another, is read again)."""
         read, self._read = self._read, None
-        if read is not None and read.path != path:
+        if read is not None and (read.where != cases.location or self._first.etag != cases.etag):
             read.close()
             return None
         return read

@@ -22,9 +22,9 @@ from ...transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
 from ...transforms.errors import InputError, Reject
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
-from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines
+from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines, streamable
 from .reject_stream import RejectFiles, RejectStream
-from .stored_file import Download, StoredFile
+from .stored_file import Download, StoredFile, StreamedObject
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (25k cases × 20 items; a batch's frames stay within a few hundred MB).
@@ -123,8 +123,9 @@ class Ingest:
     """One run's ingest. Iterate `batches()` to the end, then read `account`.
 
     `cases` is a local cases file, or a stored one (flows/sources/stored_file.py) named by its
-    location in every message, which is downloaded into `scratch` on a thread of its own
-    while the read follows it (it stops when the batches are closed);
+    location in every message, which is streamed on a thread of its own while the read takes
+    it (from memory; or from a file downloaded into `scratch` for a .gz, or for the
+    line-by-line rules, checked to hold the bytes streamed), stopped when the batches are closed;
     `read` is the read of the cases file when one was started ahead (the CLI's prefetch);
     `committed_digest` is the digest of the bytes the warehouse holds for the run, if any:
     when the file turns out to hold those very bytes (a touched file), the read stops early
@@ -148,23 +149,26 @@ class Ingest:
 
     def batches(self) -> Iterator[StagedBatch]:
         download = None
-        if self.cases_file is None:  # an object in a bucket
-            download = self.cases.download(self.scratch)
-            self.cases_file = download.path
+        if self.cases_file is None and self._read is None:  # an object in a bucket, not read yet
+            if streamable(self.cases.name):
+                download = self.cases.stream()
+            else:
+                download = self.cases.download(self.scratch)
+                self.cases_file = download.path
         try:
             yield from self._batches(download)
         except (EOFError, zlib.error, OSError) as error:
             # Python's gzip reports a .gz cut short (EOFError) or damaged (zlib.error), Arrow's
             # reader either as an OSError without an errno ("Truncated compressed stream");
             # none names the file. An OSError of the system (a full disk) is not the file's.
-            if isinstance(error, OSError) and (self.cases_file.suffix != ".gz" or error.errno is not None):
+            if isinstance(error, OSError) and (not self.shown.endswith(".gz") or error.errno is not None):
                 raise
             raise InputError(f"{self.shown}: not a readable gzip file ({error})") from None
         finally:
             if download is not None:
                 download.close()
 
-    def _batches(self, download: Download | None) -> Iterator[StagedBatch]:
+    def _batches(self, download: Download | StreamedObject | None) -> Iterator[StagedBatch]:
         read = self._read or CaseFileRead(self.cases_file, download=download)
         self._read = None
         with read:
@@ -197,6 +201,8 @@ class Ingest:
         yield from self._line_by_line(facts)
 
     def _line_by_line(self, facts: FileFacts) -> Iterator[StagedBatch]:
+        if self.cases_file is None:  # streamed from its bucket: the rules read a local copy of the same bytes
+            self.cases_file = self._local_copy(facts.digest)
         clean = self.scratch / "clean.jsonl"
         stream = RejectStream(self.scratch)
         with open(clean, "wb") as clean_out:
@@ -213,4 +219,12 @@ class Ingest:
             raise RuntimeError(f"{self.shown}: records that passed the rules failed the fast path's checks")
         clean.unlink()
         self.account = IngestAccount(facts, LINE_BY_LINE, n_records, rejects)
+
+    def _local_copy(self, digest: str) -> Path:
+        """The object copied whole into the scratch folder, the bytes its stream read (`digest`)."""
+        download = self.cases.download(self.scratch)
+        copy = download.finish()
+        if "blake3:" + download.checksum(0) != digest:
+            raise InputError(f"{self.shown}: changed while it was read; run again")
+        return copy
 

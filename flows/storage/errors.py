@@ -42,6 +42,10 @@ class AccessDenied(StoreError):
     """The credentials were refused or are missing for this operation."""
 
 
+class ObjectChanged(StoreError):
+    """An object read after it was listed is no longer the one listed (another ETag)."""
+
+
 class CorruptObject(StoreError):
     """The bytes read do not match the checksum they were written with."""
 

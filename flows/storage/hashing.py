@@ -5,7 +5,7 @@ store's objects, the warehouse's parts, the KB and the TREC files are all digest
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, BinaryIO
 
@@ -59,6 +59,23 @@ def checksum_of_file(path: Path) -> str:
     hasher = blake3(max_threads=blake3.AUTO)
     hasher.update_mmap(path)
     return hasher.hexdigest()
+
+
+def checksum_of_file_in_place(path: Path, before_block: Callable[[], None] = lambda: None) -> str:
+    """The BLAKE3 hex digest of a local file's bytes, read _HASH_BLOCK bytes at a time into one
+    buffer and hashed on this thread alone (a fresh buffer for each block cost as many page
+    faults as the file has pages, more than the hash). The caller's `before_block` runs before
+    each block, and may raise to stop."""
+    hasher = blake3()
+    buffer = bytearray(_HASH_BLOCK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            before_block()
+            n = handle.readinto(buffer)
+            if not n:
+                return hasher.hexdigest()
+            hasher.update(view[:n])
 
 
 def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:

@@ -60,8 +60,8 @@ class LocalStore:
         with _failures(path):
             return open(path, "rb")
 
-    def copy_to(self, key: str, sink: BinaryIO) -> str:
-        path = self.path_of(key)
+    def copy_to(self, key: str, sink: BinaryIO, *, etag: str | None = None) -> str:
+        path = self.path_of(key)  # (a file has no ETag: `etag` is the object stores')
         with _failures(path), open(path, "rb") as handle:
             return checksum_of_stream(handle, sink)
 

@@ -26,7 +26,8 @@ import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import AzureStore, GCSStore, S3Store
 
-from .errors import AccessDenied, AlreadyExists, CorruptObject, NotFound, StoreError, StoreUnavailable, without_secrets
+from .errors import (AccessDenied, AlreadyExists, CorruptObject, NotFound, ObjectChanged, StoreError, StoreUnavailable,
+                     without_secrets)
 from .locations import Location, strip_userinfo
 from .hashing import checksum_of_bytes, checksum_of_chunks, checksum_of_file
 from .store import CHECKSUM_METADATA, ObjectInfo
@@ -114,9 +115,15 @@ class ObjectStore:
             handle = obstore.open_reader(self._client, key, buffer_size=READ_BUFFER)
         return io.BufferedReader(_ObjectReader(handle, self._where(key)), buffer_size=READ_BUFFER)
 
-    def copy_to(self, key: str, sink: BinaryIO) -> str:
-        with _failures(self._where(key)):
-            return checksum_of_chunks(obstore.get(self._client, key).stream(min_chunk_size=STREAM_CHUNK), sink)
+    def copy_to(self, key: str, sink: BinaryIO, *, etag: str | None = None) -> str:
+        options = {"if_match": etag} if etag else None
+        try:
+            with _failures(self._where(key)):
+                result = obstore.get(self._client, key, options=options)
+                return checksum_of_chunks(result.stream(min_chunk_size=STREAM_CHUNK), sink)
+        except AlreadyExists:  # a GET fails its precondition only: the ETag is another one
+            raise ObjectChanged(f"{self._where(key)}: changed since it was listed (its ETag is no longer "
+                                f"{etag}); run again") from None
 
     def put(self, key: str, data: bytes | Path, *, overwrite: bool = False, checksum: str | None = None) -> str:
         if checksum is None:

@@ -28,7 +28,6 @@ import polars as pl
 from ...transforms.errors import InputError
 from ..storage.errors import StoreError
 from .views import DamagedPart, checked_parts, derived_select_list
-from ..storage.duckdb_filesystem import register_known_files
 from .warehouse import CATALOG_NAME, TABLES, PartFile, State, Warehouse, union_by_name
 
 STORAGE_VERSION = "v1.0.0"  # readable by DuckDB 1.x and 2.x
@@ -119,6 +118,8 @@ def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:
     con = duckdb.connect()
     try:
         if warehouse.remote:  # binding a view reads its first file's footer: from the cache of parts
+            from ..storage.duckdb_filesystem import register_known_files  # deferred: fsspec (25 ms at start) for a bucket only
+
             files = {warehouse.uri(part.path): (part.bytes, _opener(warehouse, part))
                      for run in state.runs.values() for _, part in run.files()}
             register_known_files(con, warehouse.location.scheme, files)

@@ -299,6 +299,11 @@ class Warehouse:
         runs = {run_id: _run_state(data) for run_id, data in snapshot["runs"].items()}
         return State(snapshot["warehouse_id"], version, runs, list(snapshot["superseded"]))
 
+    def committed_sources(self) -> dict[str, dict]:
+        """The source record of each run the warehouse holds (flows/job/plan.py `RunPlan.source`:
+        where its artifacts were read, their stamp and digest), by run id."""
+        return {run_id: run.source for run_id, run in self.state().runs.items() if run.source}
+
     def state(self) -> State:
         """The current state: the newest checkpoint (or the state this object read before),
         then every entry after it, found by reading the next version until it is absent (no
