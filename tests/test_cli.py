@@ -256,7 +256,7 @@ def schema(args):
     return 0
 
 
-def run_job(options, steps):
+def run_job(options, steps, warehouse=None):
     working.append((gc.isenabled(), gc.get_freeze_count() > 0))
     raise InputError("stopped by the test")
 

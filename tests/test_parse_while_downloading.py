@@ -30,10 +30,9 @@ from retrieval_eval.flows.sources import case_file, stored_file
 from retrieval_eval.flows.sources.ingest import FAST, LINE_BY_LINE, Ingest
 from retrieval_eval.flows.sources.stored_file import StoredFile
 from retrieval_eval.flows.storage import open_store
-from retrieval_eval.flows.storage.errors import StoreUnavailable
+from retrieval_eval.flows.storage.errors import ObjectChanged, StoreUnavailable
 from retrieval_eval.flows.storage.hashing import checksum_of_chunks, file_digest
 from retrieval_eval.flows.storage.local_store import LocalStore
-from retrieval_eval.transforms.errors import InputError
 
 URI = "s3://bucket/runs/run-a/cases.jsonl"
 STREAM_BLOCK = 1 << 20
@@ -173,6 +172,30 @@ def test_a_stream_holds_at_most_its_bound_ahead_of_its_reader(tmp_path, monkeypa
     assert not download_threads()
 
 
+def test_a_stream_whose_parse_stops_early_is_hashed_to_its_end_and_holds_nothing(tmp_path, monkeypatch):
+    # The strict parser refuses the first line of an object larger than the stream's bound: the
+    # stream then holds nothing more (its reader is gone) and is hashed to its end, for the
+    # digest, while the line-by-line rules judge a copy of it. Were the rest held for the reader
+    # that left, the bound would stop the stream, and the read would wait for its digest forever.
+    monkeypatch.setattr(stored_file, "STREAM_AHEAD_BYTES", 2 * STREAM_BLOCK)
+    lines = cases_lines(3_500)
+    lines[0] = '{"case_id": "c0", "retrieved_context": "not a list"}'
+    path, stored = stored_cases(tmp_path, lines)
+    assert path.stat().st_size > 4 * STREAM_BLOCK
+    stored.store.release.set()
+    ingest = ingest_of(stored, tmp_path / "scratch")
+    finished: list[pl.DataFrame] = []
+    reading = threading.Thread(target=lambda: finished.append(staged(ingest)), daemon=True)
+    reading.start()
+    reading.join(60)
+    assert finished, "the read waited for a stream held for a reader that had left"
+    local = ingest_of(path, tmp_path / "local")
+    assert finished[0].equals(staged(local))
+    assert ingest.account.attempt == LINE_BY_LINE and ingest.account.rejects.count == local.account.rejects.count == 1
+    assert ingest.account.facts == local.account.facts
+    assert not download_threads()
+
+
 def test_the_copy_for_the_rules_must_hold_the_bytes_the_stream_read(tmp_path):
     # A line the strict parser refuses sends the object to the line-by-line rules, which read a
     # local copy; an object replaced meanwhile is not judged as if it were the one streamed.
@@ -183,7 +206,7 @@ def test_the_copy_for_the_rules_must_hold_the_bytes_the_stream_read(tmp_path):
     replaced = ReplacedStore(stored.store.root, replacement=("\n".join(cases_lines(301)) + "\n").encode())
     replaced.release.set()
     ingest = ingest_of(HeldBackFile(URI, store=replaced), tmp_path / "scratch")
-    with pytest.raises(InputError, match="^" + re.escape(URI) + ": changed while it was read; run again$"):
+    with pytest.raises(ObjectChanged, match="^" + re.escape(URI) + ": changed while it was read; run again$"):
         staged(ingest)
     assert ingest.account is None and not download_threads()
 

@@ -67,7 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_with_prefect(args)
     # The first run's file is parsed while Polars and DuckDB are imported (streamed when in a bucket).
     native = args.trec_run is None and args.source == "native"
-    first = first_cases_file(args.runs or config.RUNS, committed_sources(args.warehouse)) if native else None
+    warehouse, committed = committed_warehouse(args.warehouse) if native else (None, {})
+    first = first_cases_file(args.runs or config.RUNS, committed) if native else None
     with Prefetch(first) as prefetch:
         import_engines()
         from ..job.job import InProcess, run_job  # deferred: the job's engines import while Prefetch reads
@@ -75,21 +76,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         imports_done()
         steps = InProcess(prefetch)
         try:
-            result = run_job(job_options(args), steps)
+            result = run_job(job_options(args), steps, warehouse)
         finally:
             steps.close()
     return print_run(args, result)
 
 
-def committed_sources(warehouse: str | os.PathLike) -> dict[str, dict]:
-    """The warehouse's source records (`Warehouse.committed_sources`), read before the engines
-    are imported; none when it is not as it should be (the job reads it again, and says why in
-    its turn). A store that cannot be reached is said now, as the job would say it: once, not
-    after its retries ran twice."""
+def committed_warehouse(location: str | os.PathLike) -> tuple[Warehouse | None, dict[str, dict]]:
+    """The warehouse and its source records (`Warehouse.committed_sources`), read before the
+    engines are imported; the job goes on from the state read here (it reads only the log
+    entries after it). None and no records when the warehouse is not as it should be: the job
+    opens it again, and says why in its turn. A store that cannot be reached is said now, as
+    the job would say it: once, not after its retries ran twice."""
     try:
-        return Warehouse(warehouse).committed_sources()
+        warehouse = Warehouse(location)
+        return warehouse, warehouse.committed_sources()
     except (InputError, OSError):
-        return {}
+        return None, {}
 
 
 def run_with_prefect(args: argparse.Namespace) -> int:

@@ -191,8 +191,10 @@ def newest_run_id(folders: list[RunSource]) -> str:
     return max(folders, key=lambda folder: (folder.manifest.created_at_utc, folder.run_id)).run_id
 
 
-def run_job(options: JobOptions, steps: Steps) -> JobResult:
-    warehouse = Warehouse(options.warehouse)
+def run_job(options: JobOptions, steps: Steps, warehouse: Warehouse | None = None) -> JobResult:
+    """The job (this module's docstring). `warehouse`: the one at options.warehouse, when the
+    caller opened it already (its state then read again from where it was read)."""
+    warehouse = warehouse or Warehouse(options.warehouse)
     folders = sources(options, warehouse.committed_sources())
     baseline = read_baseline(options.gate.baseline) if options.gate else None  # a bad one stops the job here
     kb = checked_kb(options)
@@ -264,7 +266,7 @@ def run_job(options: JobOptions, steps: Steps) -> JobResult:
 class InProcess:
     """The steps in this process: each run's file read once, its batches staged as they are
     parsed and each scored on a thread of its own while the next is staged, on one DuckDB
-    connection (opening one costs about 0.04 s), which the report then reads with."""
+    connection, which the report then reads with."""
 
     def __init__(self, prefetch: Prefetch | None = None, batch_items: int | None = None) -> None:
         self.prefetch = prefetch or Prefetch(None)
@@ -283,8 +285,7 @@ class InProcess:
 
     def score(self, plan: RunPlan, batch: StagedBatch, txn: TxnRef) -> Future:
         """The batch scored on a thread of its own while the next one is parsed and staged here
-        (one at a time: a batch waits for the one before, so at most two are held; two at once
-        bought nothing measurable on 2 cores, where Polars and DuckDB already use both)."""
+        (one at a time: a batch waits for the one before, so at most two are held)."""
         if self._scoring is not None:
             self._scoring.result()
         self._scoring = self._scorer.submit(score_batch, plan, batch.frame, batch.attempt, batch.index, txn, self.con)

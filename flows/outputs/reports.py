@@ -193,7 +193,7 @@ def computed_case_metrics(con: duckdb.DuckDBPyConnection, run_ids: list[str], k:
 def write_report(options: ReportOptions, state: State, con: duckdb.DuckDBPyConnection | None = None) -> WrittenReport:
     """Read the report of `state` and write it to `options.report_dir`; nothing is written
     unless every read succeeds. `con`: a connection of the caller's that the report may make
-    its views on (opening one costs about 0.05 s), else one of its own."""
+    its views on (not one more to open), else one of its own."""
     warehouse = Warehouse(options.warehouse)
     baseline = options.baseline
     with nullcontext(con) if con is not None else connect() as reading:

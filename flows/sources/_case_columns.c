@@ -668,8 +668,8 @@ static PyTypeObject OwnedType = {
 };
 
 /* The buffer's memory, now the Python object's (the Buf is left empty: free_columns skips it). */
-static PyObject *as_bytes(Buf *b) {
-    if (b->len < b->cap) { /* give back what the doubling reserved beyond the end (in place) */
+static PyObject *handed_over(Buf *b) {
+    if (b->len < b->cap) { /* give back what the doubling reserved beyond the end */
         char *data = realloc(b->data, b->len ? b->len : 1);
         if (data) b->data = data;
     } else if (!b->data && !(b->data = malloc(1))) { /* nothing put: an empty buffer, not a NULL one */
@@ -687,11 +687,11 @@ static PyObject *as_bytes(Buf *b) {
 /* (bitmap or None, null count): no bitmap when nothing is null, as Arrow writes it. */
 static PyObject *validity(Valid *v) {
     if (v->nulls == 0) return Py_BuildValue("(OL)", Py_None, (long long)0);
-    return Py_BuildValue("(NL)", as_bytes(&v->bits), (long long)v->nulls);
+    return Py_BuildValue("(NL)", handed_over(&v->bits), (long long)v->nulls);
 }
 
 static PyObject *strings_tuple(Strings *s) {
-    return Py_BuildValue("(NNN)", validity(&s->valid), as_bytes(&s->offsets), as_bytes(&s->data));
+    return Py_BuildValue("(NNN)", validity(&s->valid), handed_over(&s->offsets), handed_over(&s->data));
 }
 
 static PyObject *columns_tuple(Columns *cols) {
@@ -704,14 +704,14 @@ static PyObject *columns_tuple(Columns *cols) {
     }
     for (int i = 0; i < N_GOLD; i++) {
         StringLists *g = &cols->gold[i];
-        PyObject *column = Py_BuildValue("(NNN)", validity(&g->valid), as_bytes(&g->offsets), strings_tuple(&g->items));
+        PyObject *column = Py_BuildValue("(NNN)", validity(&g->valid), handed_over(&g->offsets), strings_tuple(&g->items));
         if (!column) goto fail;
         PyTuple_SET_ITEM(gold, i, column);
     }
     Items *it = &cols->context;
     return Py_BuildValue("(LNN(NNLNN(NN)))", (long long)cols->n, text, gold, validity(&it->valid),
-                         as_bytes(&it->offsets), (long long)it->n_items, strings_tuple(&it->id),
-                         strings_tuple(&it->parent_id), validity(&it->score_valid), as_bytes(&it->scores));
+                         handed_over(&it->offsets), (long long)it->n_items, strings_tuple(&it->id),
+                         strings_tuple(&it->parent_id), validity(&it->score_valid), handed_over(&it->scores));
 fail:
     Py_XDECREF(text);
     Py_XDECREF(gold);

@@ -232,7 +232,9 @@ def first_cases_file(runs: Path | str, committed: Mapping[str, dict]) -> StoredF
             run_dir, cases = str(cases_path.parent), StoredFile(str(cases_path))
     except InputError:
         return None
+    if not cases.is_local and not streamable(cases.name):
+        return None
     stamp = (committed.get(run_dir.rstrip("/").rsplit("/", 1)[-1]) or {}).get("stamp")
-    if stamp and stamp[-1] == cases.fingerprint() or not streamable(cases.name) and not cases.is_local:
+    if stamp and stamp[-1] == cases.fingerprint():
         return None
     return cases

@@ -13,10 +13,9 @@ sends the file to the line-by-line rules.
   the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
   forbids, so its facts count lines and look for that.
 A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
-evaluated. An object in a bucket is read as it arrives (flows/sources/stored_file.py): the
-strict parser takes it from memory (`StreamedObject`) or follows a file being downloaded
-(`Download`), and its digest is then the one computed on the way; Arrow's reader waits for a
-download to end.
+evaluated. An object in a bucket (flows/sources/stored_file.py) is taken by the strict parser
+from memory as it arrives (`StreamedObject`); Arrow's reader reads a local copy once it is
+whole (`Download`). Either way its digest is the one the copy computed on the way.
 
 This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
 run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
@@ -42,7 +41,7 @@ from blake3 import blake3
 
 from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
 from ...transforms.records import MAX_RECORD_BYTES
-from ..storage.hashing import checksum_of_file_in_place
+from ..storage.hashing import file_digest
 from .stored_file import DOWNLOAD_POLL_SECONDS, Download, Stopped, StoredFile, StreamedObject
 
 try:
@@ -225,7 +224,7 @@ def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = 
     faster than SHA-256 here) and, unless not `text` (the strict parser's reads), the scan of
     its text (decompressed for a .gz). Raises Stopped when `stop` is set."""
     if not text:
-        return FileFacts("blake3:" + checksum_of_file_in_place(path, _stop_check(stop)), None, None, True)
+        return FileFacts("blake3:" + file_digest(path, _stop_check(stop)), None, None, True)
     digest = blake3()
     scan = _Scan()
     with open(path, "rb") as handle:
@@ -317,8 +316,9 @@ def _line_blocks(handle: IO[bytes], stop: threading.Event, buffers: int) -> Iter
         yield memoryview(block)[:cut]
 
 
-def _array(arrow_type: pa.DataType, length: int, validity: tuple, *buffers: bytes, children=None) -> pa.Array:
-    """An Arrow array over the parser's buffers: its validity is (bitmap or None, null count)."""
+def _array(arrow_type: pa.DataType, length: int, validity: tuple, *buffers, children=None) -> pa.Array:
+    """An Arrow array over the parser's buffers (objects that own their memory and lend it
+    through the buffer protocol): its validity is (bitmap or None, null count)."""
     bits, nulls = validity
     wrapped = [None if bits is None else pa.py_buffer(bits), *map(pa.py_buffer, buffers)]
     return pa.Array.from_buffers(arrow_type, length, wrapped, null_count=nulls, children=children)
@@ -351,11 +351,9 @@ class CaseFileRead:
     `strict` (the default); otherwise Arrow's reader parses it (which alone parses only a block
     or two ahead). `scan=False` reads a file whose lines were already judged (the clean copy
     of ingest's line-by-line pass), with Arrow's reader and the schema given. With `download`,
-    `path` is that download's file, still growing: the strict parser follows it, and its
-    digest is the one the download computed.
-
-    `path` is None for an object streamed into memory (`download` a StreamedObject, which
-    only the strict parser reads: see `streamable`); `where` names the file either way.
+    the file's digest is the one that copy computed: a `Download` whose file is `path` (Arrow's
+    reader waits for it to end), or a StreamedObject, with `path` None, that only the strict
+    parser reads (`streamable`). `where` names the file either way.
 
     Whatever stops the parse is raised where the tables are taken: NotClean when the fast
     pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
@@ -368,9 +366,10 @@ class CaseFileRead:
         self.where = str(path) if path is not None else download.location
         self._download = download
         self._schema = schema
-        self.strict = strict and scan and _case_columns is not None and (path is None or path.suffix != ".gz")
-        if path is None and not self.strict:
-            raise ValueError(f"{self.where}: only the strict parser reads a stream")
+        streamed = isinstance(download, StreamedObject)
+        self.strict = strict and scan and _case_columns is not None and (streamed or path.suffix != ".gz" and download is None)
+        if streamed != (path is None) or streamed and not self.strict:
+            raise ValueError(f"{self.where}: a stream is read by the strict parser alone, and has no path")
         self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
         self._done = threading.Event()
         self._room = threading.Condition()  # the columns handed on and not yet taken, in bytes

@@ -22,6 +22,7 @@ from ...transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
 from ...transforms.errors import InputError, Reject
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
+from ..storage.errors import ObjectChanged
 from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines, streamable
 from .reject_stream import RejectFiles, RejectStream
 from .stored_file import Download, StoredFile, StreamedObject
@@ -136,7 +137,7 @@ class Ingest:
                  committed_digest: str | None = None) -> None:
         self.cases = cases
         self.shown = cases.location if isinstance(cases, StoredFile) else str(cases)
-        self.cases_file: Path | None = cases  # None: an object, downloaded when the batches are asked for
+        self.cases_file: Path | None = cases  # None: an object, streamed (or copied) when the batches are asked for
         if isinstance(cases, StoredFile):
             self.cases_file = cases.path if cases.is_local else None
         self.scratch = scratch
@@ -221,10 +222,11 @@ class Ingest:
         self.account = IngestAccount(facts, LINE_BY_LINE, n_records, rejects)
 
     def _local_copy(self, digest: str) -> Path:
-        """The object copied whole into the scratch folder, the bytes its stream read (`digest`)."""
+        """The object fetched a second time, whole, into the scratch folder: the bytes its
+        stream read (`digest`), or ObjectChanged."""
         download = self.cases.download(self.scratch)
         copy = download.finish()
         if "blake3:" + download.checksum(0) != digest:
-            raise InputError(f"{self.shown}: changed while it was read; run again")
+            raise ObjectChanged(f"{self.shown}: changed while it was read; run again")
         return copy
 

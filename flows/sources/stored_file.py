@@ -203,65 +203,55 @@ class Stopped(Exception):
 
 
 class DownloadStopped(Exception):
-    """The download was closed before it ended."""
+    """A copy was closed before it ended."""
 
 
-class Download:
-    """One object copied into the local file `path` on a thread of its own (one streamed GET,
-    `Store.copy_to`), so that a reader can follow the file while it grows
-    (flows/sources/case_file.py `CaseFileRead`): `wait_past` blocks until bytes past a
-    position are in the file, `ended` says whether all of them are, and `checksum` is the
-    BLAKE3 that the copy computed on the way (the file's digest without a second read). A
-    copy that failed raises its error (a StoreError naming the URI) from each of them.
-    `close()` stops a copy still running and waits for its thread."""
+class _ObjectCopy:
+    """One object copied by one streamed GET (`Store.copy_to`), on a thread of its own, into
+    `write` (a subclass's: a local file, or memory). `ended` says whether every byte was
+    written, `checksum` is the BLAKE3 the copy computed on the way (the bytes' digest without a
+    second read), and a copy that failed raises its error (a StoreError naming the URI) from
+    each of them. `etag`, when given, is the one the object must still have (ObjectChanged
+    otherwise). `close()` stops a copy still running and waits for its thread."""
 
-    def __init__(self, store: Store, key: str, path: Path, etag: str | None = None) -> None:
-        self.path = path
-        self._progress = threading.Condition()  # notified at each block written and at the end
-        self._written = 0
+    def __init__(self, store: Store, key: str, etag: str | None, thread_name: str) -> None:
+        self._progress = threading.Condition()  # notified as the copy moves on, and at its end
         self._checksum: str | None = None
         self._error: BaseException | None = None
         self._stop = threading.Event()
-        sink = open(path, "wb")  # created before a reader can open it
-        self._thread = threading.Thread(target=self._copy, args=(store, key, sink, etag), name="download", daemon=True)
-        self._thread.start()
+        self._thread = threading.Thread(target=self._copy, args=(store, key, etag), name=thread_name, daemon=True)
 
-    def _copy(self, store: Store, key: str, sink: BinaryIO, etag: str | None) -> None:
+    def _copy(self, store: Store, key: str, etag: str | None) -> None:
         checksum, error = None, None
         try:
-            with sink:
-                checksum = store.copy_to(key, _ProgressSink(sink, self), etag=etag)
-        except BaseException as failure:  # noqa: BLE001 — raised again to every reader of the file
+            checksum = store.copy_to(key, self, etag=etag)
+        except BaseException as failure:  # noqa: BLE001 — raised again to every reader
             error = failure
+        finally:
+            self._written_all()
         with self._progress:
             self._checksum, self._error = checksum, error
             self._progress.notify_all()
 
+    def write(self, block: bytes) -> int:
+        raise NotImplementedError
+
+    def _written_all(self) -> None:
+        """The copy is over (whether it succeeded or not)."""
+
     def _check_stop(self) -> None:
         if self._stop.is_set():
-            raise DownloadStopped(f"{self.path}: the download was stopped")
-
-    def _wrote(self, n: int) -> None:
-        with self._progress:
-            self._written += n
-            self._progress.notify_all()
+            raise DownloadStopped("the copy was stopped")
 
     def _over(self) -> bool:
         return self._checksum is not None or self._error is not None
 
     def ended(self) -> bool:
-        """Whether every byte of the object is in the file; raises the copy's error if it failed."""
+        """Whether every byte of the object was copied; raises the copy's error if it failed."""
         with self._progress:
             if self._error is not None:
                 raise self._error
             return self._checksum is not None
-
-    def wait_past(self, position: int, timeout: float) -> None:
-        """Wait at most `timeout` seconds for the file to hold more than `position` bytes, or
-        for the copy to end."""
-        with self._progress:
-            if self._written <= position and not self._over():
-                self._progress.wait(timeout)
 
     def checksum(self, timeout: float) -> str | None:
         """The BLAKE3 hex digest of the object once the copy has ended (None while it has not
@@ -271,9 +261,30 @@ class Download:
                 self._progress.wait(timeout)
         return self._checksum if self.ended() else None
 
-    def reader(self, stop: threading.Event) -> io.RawIOBase:
-        """The file as a reader takes it while it grows (`GrowingFile`)."""
-        return GrowingFile(self, stop)
+    def close(self) -> None:
+        self._stop.set()
+        with self._progress:
+            self._progress.notify_all()
+        self._thread.join()
+
+
+class Download(_ObjectCopy):
+    """An object copied whole into the local file `path` (`_ObjectCopy`): what a `.gz` is read
+    from once it has arrived, and Arrow's reader where the strict parser was not compiled, and
+    the line-by-line rules (`finish` waits for the copy)."""
+
+    def __init__(self, store: Store, key: str, path: Path, etag: str | None = None) -> None:
+        super().__init__(store, key, etag, "download")
+        self.path = path
+        self._file = open(path, "wb")
+        self._thread.start()
+
+    def write(self, block: bytes) -> int:
+        self._check_stop()
+        return self._file.write(block)
+
+    def _written_all(self) -> None:
+        self._file.close()
 
     def finish(self) -> Path:
         """Wait for the copy to end: the local file (or the copy's error)."""
@@ -281,122 +292,35 @@ class Download:
         self.ended()
         return self.path
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
-
-class _ProgressSink:
-    """The download's file as `Store.copy_to` writes it: each block flushed to the file, then
-    counted, so that a reader waiting for it wakes up."""
-
-    def __init__(self, file: BinaryIO, download: Download) -> None:
-        self._file = file
-        self._download = download
-
-    def write(self, block: bytes) -> int:
-        self._download._check_stop()
-        written = self._file.write(block)
-        self._file.flush()
-        self._download._wrote(len(block))
-        return written
-
-
-class GrowingFile(io.RawIOBase):
-    """A file being downloaded, read as a local file is: a read waits until the bytes it asks
-    for are there or the download has ended, raises the download's error when it failed, and
-    Stopped once `stop` is set."""
-
-    def __init__(self, download: Download, stop: threading.Event) -> None:
-        self._download = download
-        self._stop = stop
-        self._file = open(download.path, "rb", buffering=0)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        filled = 0
-        while filled < len(view):
-            ended = self._download.ended()  # asked before the read: then a short read is the end
-            n = self._file.readinto(view[filled:])
-            filled += n
-            if n:
-                continue
-            if ended:
-                break
-            if self._stop.is_set():
-                raise Stopped
-            self._download.wait_past(self._file.tell(), DOWNLOAD_POLL_SECONDS)
-        return filled
-
-    def close(self) -> None:
-        self._file.close()
-        super().close()
-
-
-class StreamedObject:
-    """One object streamed (one GET, `Store.copy_to`) on a thread of its own into memory, for
-    one reader that takes its bytes in order (`reader`): the strict parser of a cases file,
-    which so reads an object with no local copy (writing 438 MB to a file and reading it back
-    cost about 0.7 s of system CPU on 2 cores). At most STREAM_AHEAD_BYTES wait in memory for
-    the reader. `location` names it; `etag`, when given, is the one the object must still
-    have (ObjectChanged otherwise). `checksum` is the BLAKE3 computed on the way, as
-    `Download`'s, whose errors it raises alike. `close()` stops it and waits for its thread."""
+class StreamedObject(_ObjectCopy):
+    """An object streamed into memory (`_ObjectCopy`) for one reader that takes its bytes in
+    order (`reader`): the strict parser of a cases file, which so reads an object with no local
+    copy written and read back. At most STREAM_AHEAD_BYTES wait in memory for the reader. Once
+    the reader is closed before the end (the parser refused a line), the rest of the object is
+    only hashed, for its digest. `location` names it."""
 
     def __init__(self, store: Store, key: str, location: str, etag: str | None = None) -> None:
+        super().__init__(store, key, etag, "stream")
         self.location = location
         self.etag = etag
         self._chunks: deque[memoryview] = deque()
         self._held = 0
-        self._progress = threading.Condition()  # notified at each chunk put or taken, and at the end
-        self._checksum: str | None = None
-        self._error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._copy, args=(store, key, etag), name="stream", daemon=True)
+        self._unread = False  # the reader is gone: nothing is held any more
         self._thread.start()
-
-    def _copy(self, store: Store, key: str, etag: str | None) -> None:
-        checksum, error = None, None
-        try:
-            checksum = store.copy_to(key, self, etag=etag)
-        except BaseException as failure:  # noqa: BLE001 — raised again to the reader
-            error = failure
-        with self._progress:
-            self._checksum, self._error = checksum, error
-            self._progress.notify_all()
 
     def write(self, chunk: bytes) -> int:
         """Hold one chunk for the reader (`Store.copy_to` calls this), waiting while
         STREAM_AHEAD_BYTES are held already."""
         with self._progress:
-            while self._held >= STREAM_AHEAD_BYTES and not self._stop.is_set():
+            while self._held >= STREAM_AHEAD_BYTES and not self._unread and not self._stop.is_set():
                 self._progress.wait(DOWNLOAD_POLL_SECONDS)
-            if self._stop.is_set():
-                raise DownloadStopped(f"{self.location}: the stream was stopped")
-            self._chunks.append(memoryview(chunk))  # (a view: what a read leaves of it is not copied)
-            self._held += len(chunk)
-            self._progress.notify_all()
+            self._check_stop()
+            if not self._unread:
+                self._chunks.append(memoryview(chunk))  # (a view: what a read leaves of it is not copied)
+                self._held += len(chunk)
+                self._progress.notify_all()
         return len(chunk)
-
-    def _over(self) -> bool:
-        return self._checksum is not None or self._error is not None
-
-    def ended(self) -> bool:
-        """Whether every byte of the object was streamed; raises the stream's error if it failed."""
-        with self._progress:
-            if self._error is not None:
-                raise self._error
-            return self._checksum is not None
-
-    def checksum(self, timeout: float) -> str | None:
-        """The BLAKE3 hex digest of the object once the stream has ended (None while it has not
-        within `timeout` seconds); raises the stream's error if it failed."""
-        with self._progress:
-            if not self._over():
-                self._progress.wait(timeout)
-        return self._checksum if self.ended() else None
 
     def take_into(self, view: memoryview, stop: threading.Event) -> int:
         """Fill `view` with the next bytes (fewer only at the end of the object), waiting for
@@ -428,16 +352,22 @@ class StreamedObject:
     def reader(self, stop: threading.Event) -> io.RawIOBase:
         return _StreamReader(self, stop)
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def let_go(self) -> None:
+        """The reader is done, maybe before the end: drop what is held, and hold no more."""
         with self._progress:
+            self._unread = True
             self._chunks.clear()
             self._held = 0
+            self._progress.notify_all()
+
+    def close(self) -> None:
+        self.let_go()
+        super().close()
 
 
 class _StreamReader(io.RawIOBase):
-    """A streamed object as a reader takes it (`StreamedObject.take_into`)."""
+    """A streamed object as its one reader takes it (`StreamedObject.take_into`); closing it
+    lets the stream go on without holding anything (`StreamedObject.let_go`)."""
 
     def __init__(self, stream: StreamedObject, stop: threading.Event) -> None:
         self._stream = stream
@@ -448,3 +378,8 @@ class _StreamReader(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         return self._stream.take_into(memoryview(buffer).cast("B"), self._stop)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._stream.let_go()
+        super().close()

@@ -14,10 +14,21 @@ from blake3 import blake3
 _HASH_BLOCK = 8 * 1024 * 1024
 
 
-def file_digest(path: Path) -> str:
-    """BLAKE3 of a file's bytes, read as a stream (a device or a FIFO is digested too)."""
-    with open(path, "rb") as handle:
-        return checksum_of_stream(handle)
+def file_digest(path: Path, before_block: Callable[[], None] = lambda: None) -> str:
+    """BLAKE3 of a file's bytes, read as a stream (a device or a FIFO is digested too),
+    _HASH_BLOCK bytes at a time into one buffer (a fresh buffer for each block cost as many
+    page faults as the file has pages, more than the hash), on this thread alone. The caller's
+    `before_block` runs before each block, and may raise to stop."""
+    hasher = blake3()
+    buffer = bytearray(_HASH_BLOCK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            before_block()
+            n = handle.readinto(buffer)
+            if not n:
+                return hasher.hexdigest()
+            hasher.update(view[:n])
 
 
 class HashingStream(io.RawIOBase):
@@ -59,23 +70,6 @@ def checksum_of_file(path: Path) -> str:
     hasher = blake3(max_threads=blake3.AUTO)
     hasher.update_mmap(path)
     return hasher.hexdigest()
-
-
-def checksum_of_file_in_place(path: Path, before_block: Callable[[], None] = lambda: None) -> str:
-    """The BLAKE3 hex digest of a local file's bytes, read _HASH_BLOCK bytes at a time into one
-    buffer and hashed on this thread alone (a fresh buffer for each block cost as many page
-    faults as the file has pages, more than the hash). The caller's `before_block` runs before
-    each block, and may raise to stop."""
-    hasher = blake3()
-    buffer = bytearray(_HASH_BLOCK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            before_block()
-            n = handle.readinto(buffer)
-            if not n:
-                return hasher.hexdigest()
-            hasher.update(view[:n])
 
 
 def checksum_of_stream(reader: BinaryIO, sink: BinaryIO | None = None) -> str:

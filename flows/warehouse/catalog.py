@@ -118,7 +118,7 @@ def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:
     con = duckdb.connect()
     try:
         if warehouse.remote:  # binding a view reads its first file's footer: from the cache of parts
-            from ..storage.duckdb_filesystem import register_known_files  # deferred: fsspec (25 ms at start) for a bucket only
+            from ..storage.duckdb_filesystem import register_known_files  # deferred: fsspec, for a bucket only
 
             files = {warehouse.uri(part.path): (part.bytes, _opener(warehouse, part))
                      for run in state.runs.values() for _, part in run.files()}
