@@ -1,9 +1,9 @@
 """One input file where the user keeps it: a local path or an object in a bucket (SPEC 14),
 read through the store (flows/storage). Small files (a manifest, the KB, a baseline, qrels)
 are read whole. A cases file that must be evaluated is streamed from its bucket on a thread
-of its own while the parser reads it: into memory for the strict parser (`StreamedObject`: no
-local copy written and read back), else into a local file that the parser follows as it grows
-(`Download`), which is also how a TREC run or a file for the line-by-line rules is copied."""
+of its own: into memory, for the strict parser to read as it arrives (`StreamedObject`: no
+local copy written and read back), or whole into a local file (`Download`: a `.gz`, Arrow's
+reader where the parser was not compiled, the line-by-line rules, a TREC run)."""
 
 from __future__ import annotations
 
