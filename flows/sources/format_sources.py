@@ -40,7 +40,7 @@ from .case_file import FileFacts, Prefetch
 from .formats import READERS
 from .formats.identity import content_id
 from .formats.record import FormatRecord
-from .ingest import LINE_BY_LINE, IngestAccount, StagedBatch, clean_batches
+from .ingest import LINE_BY_LINE, IngestAccount, RunIngestBase, StagedBatch, clean_batches
 from .reject_stream import RejectStream
 from .stored_file import StoredFile
 from .one_input import OneInputSource, artifacts_digest
@@ -147,7 +147,7 @@ def with_identity(frame: pl.DataFrame, counts: np.ndarray) -> pl.DataFrame:
                               for column, name in enumerate(IDENTITY_COUNTS))
 
 
-class FormatIngest:
+class FormatIngest(RunIngestBase):
     """The ingest of a FormatSource (the interface of flows/sources/ingest.py `Ingest`): iterate
     `batches()` to the end, then read `account`. With rejects and not `allow_rejects`, every
     record is still judged, to name them all, but no batch is yielded and the account says
@@ -155,13 +155,9 @@ class FormatIngest:
 
     def __init__(self, source: FormatSource, scratch: Path, *, allow_rejects: bool, relevance_level: int,
                  batch_items: int, committed_digest: str | None) -> None:
+        super().__init__(scratch, allow_rejects=allow_rejects, relevance_level=relevance_level, batch_items=batch_items,
+                         committed_digest=committed_digest)
         self.source = source
-        self.scratch = scratch
-        self.allow_rejects = allow_rejects
-        self.relevance_level = relevance_level
-        self.batch_items = batch_items
-        self.committed_digest = committed_digest
-        self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
         self.scratch.mkdir(parents=True, exist_ok=True)

@@ -120,7 +120,24 @@ def clean_batches(clean: Path, longest_valid: int, batch_items: int, relevance_l
     return n_records
 
 
-class Ingest:
+class RunIngestBase:
+    """What every ingest of a run is given, whatever it reads (a cases file here, a TREC run
+    in flows/sources/trec_files.py, another tool's input in flows/sources/format_sources.py):
+    a scratch folder of its transaction, whether rejects are allowed, the relevance level, the
+    retrieved items per batch and the digest of the bytes committed for the run, if any; its
+    `account` once its batches were all taken."""
+
+    def __init__(self, scratch: Path, *, allow_rejects: bool, relevance_level: int, batch_items: int,
+                 committed_digest: str | None) -> None:
+        self.scratch = scratch
+        self.allow_rejects = allow_rejects
+        self.relevance_level = relevance_level
+        self.batch_items = batch_items
+        self.committed_digest = committed_digest
+        self.account: IngestAccount | None = None
+
+
+class Ingest(RunIngestBase):
     """One run's ingest. Iterate `batches()` to the end, then read `account`.
 
     `cases` is a local cases file, or a stored one (flows/sources/stored_file.py) named by its
@@ -135,18 +152,14 @@ class Ingest:
     def __init__(self, cases: Path | StoredFile, scratch: Path, *, allow_rejects: bool, relevance_level: int = 1,
                  batch_items: int = BATCH_ITEMS, read: CaseFileRead | None = None,
                  committed_digest: str | None = None) -> None:
+        super().__init__(scratch, allow_rejects=allow_rejects, relevance_level=relevance_level, batch_items=batch_items,
+                         committed_digest=committed_digest)
         self.cases = cases
         self.shown = cases.location if isinstance(cases, StoredFile) else str(cases)
         self.cases_file: Path | None = cases  # None: an object, streamed (or copied) when the batches are asked for
         if isinstance(cases, StoredFile):
             self.cases_file = cases.path if cases.is_local else None
-        self.scratch = scratch
-        self.allow_rejects = allow_rejects
-        self.relevance_level = relevance_level
-        self.batch_items = batch_items
         self._read = read
-        self.committed_digest = committed_digest
-        self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
         download = None

@@ -49,7 +49,7 @@ from ...transforms.trec import (
 from ..storage.duckdb_connection import connect
 from ..storage.hashing import HashingStream, file_digest
 from .case_file import FileFacts, Prefetch
-from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, StagedBatch
+from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, RunIngestBase, StagedBatch
 from .reject_stream import RejectStream
 from .one_input import OneInputSource, artifacts_digest
 from .stored_file import StoredFile
@@ -292,7 +292,7 @@ class TrecRunRead:
 # ---------------------------------------------------------------- ingest
 
 
-class TrecIngest:
+class TrecIngest(RunIngestBase):
     """The ingest of a TREC run (the interface of flows/sources/ingest.py `Ingest`): iterate
     `batches()` to the end, then read `account`. Cases are staged in batches of about
     `batch_items` retrieved documents; the judged topics the run lacks come last. Every
@@ -302,14 +302,10 @@ class TrecIngest:
     def __init__(self, source: TrecSource, scratch: Path, *, allow_rejects: bool, relevance_level: int = 1,
                  batch_items: int = BATCH_ITEMS, committed_digest: str | None = None,
                  block_bytes: int | None = None) -> None:
+        super().__init__(scratch, allow_rejects=allow_rejects, relevance_level=relevance_level, batch_items=batch_items,
+                         committed_digest=committed_digest)
         self.source = source
-        self.scratch = scratch
-        self.allow_rejects = allow_rejects
-        self.relevance_level = relevance_level
-        self.batch_items = batch_items
-        self.committed_digest = committed_digest
         self.block_bytes = block_bytes
-        self.account: IngestAccount | None = None
 
     def batches(self) -> Iterator[StagedBatch]:
         run_file, shown = self.source.input.local_copy(self.scratch), self.source.input.location
