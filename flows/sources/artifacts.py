@@ -109,20 +109,31 @@ def checked_manifest(run_dir: str, manifest_file: StoredFile) -> Manifest:
     """The run folder's manifest, read and checked (its `run_id` must be the folder's name)."""
     data = read_json_file(manifest_file, "every run folder needs a manifest.json")
     try:
-        return parse_manifest(data, manifest_file.location, run_dir.rstrip("/").rsplit("/", 1)[-1])
+        return parse_manifest(data, manifest_file.location, folder_name(run_dir))
     except InputError as refused:
         raise InputError(with_every_problem(str(refused), data, manifest_file.location)) from None
+
+
+def folder_name(run_dir: str) -> str:
+    """A run folder's name (its path's or URI's last segment): the run id it must hold."""
+    return run_dir.rstrip("/").rsplit("/", 1)[-1]
+
+
+def recorded_source(run_dir: str, committed: Mapping[str, dict]) -> dict:
+    """What the warehouse recorded of the artifacts of the run this folder holds (its log's
+    source record: `stamp` — the manifest's fingerprint, then the cases file's —, `manifest`,
+    ...); empty when it holds no such run."""
+    return committed.get(folder_name(run_dir)) or {}
 
 
 def recorded_manifest(run_dir: str, manifest_file: StoredFile, committed: Mapping[str, dict]) -> Manifest | None:
     """The manifest a committed run recorded, when the stored manifest is still that file
     (its fingerprint is the first of the run's recorded stamp); None otherwise."""
-    folder_name = run_dir.rstrip("/").rsplit("/", 1)[-1]
-    recorded = committed.get(folder_name) or {}
+    recorded = recorded_source(run_dir, committed)
     stamp, fields = recorded.get("stamp"), recorded.get("manifest")
     if not fields or not stamp or stamp[0] != manifest_file.fingerprint():
         return None
-    return parse_manifest(fields, manifest_file.location, folder_name)
+    return parse_manifest(fields, manifest_file.location, folder_name(run_dir))
 
 
 def load_run_folder(run_dir: Path) -> RunFolder:
@@ -234,7 +245,7 @@ def first_cases_file(runs: Path | str, committed: Mapping[str, dict]) -> StoredF
         return None
     if not cases.is_local and not streamable(cases.name):
         return None
-    stamp = (committed.get(run_dir.rstrip("/").rsplit("/", 1)[-1]) or {}).get("stamp")
+    stamp = recorded_source(run_dir, committed).get("stamp")
     if stamp and stamp[-1] == cases.fingerprint():
         return None
     return cases

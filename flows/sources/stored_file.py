@@ -303,7 +303,6 @@ class StreamedObject(_ObjectCopy):
     def __init__(self, store: Store, key: str, location: str, etag: str | None = None) -> None:
         super().__init__(store, key, etag, "stream")
         self.location = location
-        self.etag = etag
         self._chunks: deque[memoryview] = deque()
         self._held = 0
         self._unread = False  # the reader is gone: nothing is held any more
