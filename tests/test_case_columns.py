@@ -9,17 +9,19 @@ on generated records and on those records spoiled byte by byte."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import struct
 
 import pyarrow as pa
+import pyarrow.json as pa_json
 import pytest
 from builders import case, chunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from retrieval_eval.flows.sources import _case_columns, case_file
 from retrieval_eval.flows.sources.case_file import CaseFileRead, parsed_batch
-from retrieval_eval.transforms.case_schema import NotClean
+from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
 from retrieval_eval.transforms.records import MAX_RECORD_BYTES, judge_line
 from retrieval_eval.transforms.staging import stage
 
@@ -195,6 +197,23 @@ def test_a_score_is_the_double_python_reads_to_the_bit(text):
     line = b'{"case_id": "a", "retrieved_context": [{"id": "x", "score": ' + text.encode() + b"}]}"
     score = rows_of(line)[0]["retrieved_context"][0]["score"]
     assert struct.pack("<d", score) == struct.pack("<d", float(text))
+
+
+def test_a_score_written_minus_zero_is_minus_zero_on_every_path():
+    # Found by the differential fuzzer (CI, 2026-12-06): `-0` is what float() and Arrow's reader
+    # read, -0.0; the strict parser agrees, and so must the line-by-line rules' clean copy,
+    # kept as written or, with grades, written again (json.loads alone reads 0, a grade of 0).
+    scores = b'[{"id": "a", "score": -0}, {"id": "b", "score": -0.0}, {"id": "c", "score": 0}]'
+    plain = b'{"case_id": "s", "locale": "en", "category": "g", "retrieved_context": ' + scores + b"}"
+    graded = plain[:-1] + b', "relevance": {"a": -0}}'
+    expected = ["-0x0.0p+0", "-0x0.0p+0", "0x0.0p+0"]
+    assert [item["score"].hex() for item in rows_of(plain)[0]["retrieved_context"]] == expected
+    for line in (plain, graded):
+        clean = judge_line(line).clean
+        read = pa_json.read_json(io.BytesIO(clean), parse_options=pa_json.ParseOptions(explicit_schema=CLEAN_CASES_SCHEMA))
+        row = read.to_pylist()[0]
+        assert [item["score"].hex() for item in row["retrieved_context"]] == expected, clean
+    assert row["relevance"] == [{"card_id": "a", "grade": 0}]
 
 
 # ----------------------------------------------------------------------------- against the rules

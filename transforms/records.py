@@ -79,9 +79,20 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class _MinusZero(int):
+    """The integer `-0` as written: 0 wherever an integer is read (a grade), yet a score written
+    so is the double -0.0, as the strict parser and Arrow's reader read it, when `_clean_line`
+    writes the record again (json.loads alone would make it 0.0)."""
+
+
+MINUS_ZERO = _MinusZero(0)
+
+
 def _any_int(text: str) -> int | float:
     """An integer past Python's digit limit for int() read as the double it rounds to, as
     Arrow's reader does (so a field the metrics ignore may hold one on either path)."""
+    if text == "-0":
+        return MINUS_ZERO
     return int(text) if len(text) <= sys.get_int_max_str_digits() else float(text)
 
 
@@ -288,7 +299,8 @@ def _clean_line(line: bytes, record: dict) -> bytes:
         return line if line.endswith(b"\n") else line + b"\n"
     clean = {key: value for key, value in record.items() if key in RECORD_FIELDS and key not in odd_text}
     if record.get("retrieved_context") is not None:
-        clean["retrieved_context"] = [{key: item[key] for key in ITEM_FIELDS if key in item}
+        clean["retrieved_context"] = [{key: -0.0 if item[key] is MINUS_ZERO else item[key]
+                                       for key in ITEM_FIELDS if key in item}
                                       for item in record["retrieved_context"]]
     if record.get("relevance") is not None:
         clean["relevance"] = [{"card_id": card, "grade": grade} for card, grade in record["relevance"].items()]

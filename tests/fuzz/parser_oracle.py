@@ -29,8 +29,9 @@ def lines_of(block: bytes) -> list[bytes]:
 
 def as_json_loads_reads(line: bytes) -> dict:
     """The line's fields of CASES_SCHEMA as json.loads reads them, each item cut to the fields
-    of RETRIEVED_ITEM and its score a float (`relevance` is null in every line the parser takes)."""
-    record = json.loads(line)
+    of RETRIEVED_ITEM and its score the double float() reads from its text, as Arrow's reader
+    does (`-0` is -0.0; `relevance` is null in every line the parser takes)."""
+    record = json.loads(line, parse_int=float)
     row = {name: record.get(name) for name in CASES_SCHEMA.names}
     if row["retrieved_context"] is not None:
         items = [{field.name: item.get(field.name) for field in RETRIEVED_ITEM} for item in row["retrieved_context"]]
