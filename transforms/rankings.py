@@ -5,14 +5,22 @@ The staged cases carry each case's retrieved items as a list in rank order
 and each card's first occurrence gets its rank among distinct cards.
 
 Chosen over DuckDB SQL for this step by measurement and by cost growth: first-occurrence
-de-duplication of 2M retrieved items is a hash per case here (about 0.1 s), where the
-list-space version in SQL (list_position of each card) is quadratic in the list length —
-a single record of 300k items would take minutes.
+de-duplication of 2M retrieved items is a hash per case here, where the list-space version in
+SQL (list_position of each card) is quadratic in the list length — a single record of 300k
+items would take minutes. The hash per case is transforms/_card_ranks.c's (0.02 CPU-s for
+those 2M items, where Polars' `is_first_distinct().over(case)` took 0.15 on 2 cores); Polars
+computes the same ranks where the module was not compiled.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+
+try:
+    from . import _card_ranks  # transforms/_card_ranks.c, built at install
+except ImportError:  # not compiled here: Polars computes the card ranks (the same figures, more CPU)
+    _card_ranks = None
 
 CASES_COLUMNS = [
     "run_id", "case_id", "locale", "category", "question", "n_gold", "n_retrieved", "n_cards",
@@ -52,15 +60,9 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
         .then(pl.col("parent_id"))
         .otherwise(pl.col("chunk_id"))
     )
-    first = pl.col("card_id").is_first_distinct().over("case_no")
-    # Rows are grouped by case in rank order, so a running count of first occurrences,
-    # less its value just before each case's rank 1, is the card rank within the case.
-    seen = pl.col("first").cast(pl.Int32).cum_sum()
-    before_case = pl.when(pl.col("rank") == 1).then(seen - pl.col("first").cast(pl.Int32)).forward_fill()
+    items = items.with_columns(card_id=card)
     return (
-        items.with_columns(card_id=card)
-        .with_columns(first=first)
-        .with_columns(card_rank=pl.when(pl.col("first")).then(seen - before_case))
+        items.with_columns(card_rank=first_card_ranks(items["rank"], items["card_id"]))
         .select(
             pl.lit(run_id).alias("run_id"),
             "case_id",
@@ -73,6 +75,28 @@ def retrieved_items(staged: pl.DataFrame, run_id: str) -> pl.DataFrame:
             "case_no",
         )
     )
+
+
+def first_card_ranks(rank: pl.Series, card_id: pl.Series, *, compiled: bool = True) -> pl.Series:
+    """Each item's card rank (2.3) of items grouped by case in rank order (`rank` 1 starts a
+    case): its rank among the case's distinct cards when it is the first item of its card, null
+    for a later one. By transforms/_card_ranks.c when compiled (and `compiled`), else by Polars."""
+    if _card_ranks is None or not compiled or card_id.null_count():
+        first = pl.col("card_id").is_first_distinct().over(pl.col("rank").eq(1).cum_sum())
+        # A running count of first occurrences, less its value just before each case's rank 1,
+        # is the card rank within the case.
+        seen = pl.col("first").cast(pl.Int32).cum_sum()
+        before_case = pl.when(pl.col("rank") == 1).then(seen - pl.col("first").cast(pl.Int32)).forward_fill()
+        return (pl.DataFrame({"rank": rank, "card_id": card_id}).with_columns(first=first)
+                .select(pl.when(pl.col("first")).then(seen - before_case).alias("card_rank")).to_series())
+    ranks = rank.cast(pl.Int32).rechunk().to_numpy()
+    views = card_id.rechunk().to_arrow(compat_level=pl.CompatLevel.newest())  # Polars' own layout, no copy
+    _, view_buffer, *data = views.buffers()
+    out = np.empty(len(ranks), dtype=np.int32)
+    _card_ranks.first_card_ranks(ranks, memoryview(view_buffer)[16 * views.offset:16 * (views.offset + len(views))],
+                                 data, out)
+    ranked = pl.Series("card_rank", out)
+    return ranked.to_frame().select(pl.when(pl.col("card_rank") > 0).then(pl.col("card_rank"))).to_series()
 
 
 def case_rows(staged: pl.DataFrame, retrieved: pl.DataFrame, run_id: str, headline_k: int) -> pl.DataFrame:

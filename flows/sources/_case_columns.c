@@ -23,6 +23,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 typedef struct {
     char *data;
@@ -195,6 +198,21 @@ static int string(Cursor *c, Buf *out) {
     const unsigned char *p = c->p + 1, *end = c->end;
     for (;;) {
         const unsigned char *run = p;
+#ifdef __SSE2__
+        while (end - p >= 16) { /* sixteen bytes at a time (x86-64 always has SSE2) */
+            __m128i v = _mm_loadu_si128((const __m128i *)p);
+            /* as signed bytes, those past ASCII are negative: one compare finds them and controls */
+            __m128i stops = _mm_or_si128(_mm_cmplt_epi8(v, _mm_set1_epi8(0x20)),
+                                         _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
+                                                      _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))));
+            int stop = _mm_movemask_epi8(stops);
+            if (stop) {
+                p += __builtin_ctz((unsigned)stop);
+                goto run_ended;
+            }
+            p += 16;
+        }
+#endif
         while (end - p >= 8) { /* eight bytes at a time through plain text */
             uint64_t w;
             memcpy(&w, p, 8);
@@ -206,6 +224,9 @@ static int string(Cursor *c, Buf *out) {
             p += 8;
         }
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+#ifdef __SSE2__
+    run_ended:
+#endif
         if (out && p > run) TRY(put(out, run, (size_t)(p - run)));
         if (p >= end) return BAD;
         unsigned char ch = *p;
