@@ -13,14 +13,16 @@ name; transforms/report.py `explorer_data` builds both):
              "hit": 0,                     # hit at the headline k (0 or 1)
              "first_relevant_rank": 6,     # rank of the first gold card, or None
              "flip": "hit-miss",           # "hit-miss", "miss-hit" or None, against the run before
-             "reason": "below_k",          # why it flipped, or None
-             "question": "..." or None,
+             "reason": "below_k",          # why it flipped, or None (no key when nothing was compared)
+             "question": "..." or None,    # (no key when no case of the run has one)
              "gold": ["card-statin-grapefruit"],
              "retrieved": ["card-x", "card-statin-grapefruit"],  # distinct cards in rank order
                                            # (rank = position + 1), down to k or to the first
                                            # gold card if deeper, at most TOP_CARDS
              "n_cards": 2,                 # distinct cards retrieved in all
              "gold_source": "must_cite_one_of",  # or "relevant_ids", or "relevance" (graded)
+                                           # ndcg, grades, ideal_gains and scores: read for a graded
+                                           # case only, no keys when the run has none
              "ndcg": 0.63,                 # nDCG at the headline k
              "grades": [{"rank": 2, "grade": 1}],  # grades of the retrieved graded cards, by rank
              "ideal_gains": [1],           # every grade above 0 of the case, descending
@@ -28,7 +30,7 @@ name; transforms/report.py `explorer_data` builds both):
                                            # (null for binary gold, and where the artifact had none)
              "before": {"hit": 1, "first_relevant_rank": 1, "retrieved": [...], "n_cards": 3,
                         "gold": [...], "ndcg": 1.0, "grades": [...], "ideal_gains": [...],
-                        "scores": [...]} or None}]
+                        "scores": [...]} or None}]  # (no key when there is no run before)
     meta: {"run_id": "...", "previous_run_id": "..." or None, "k": 4,
            "kb": True,                     # a KB was read: a card not in "titles" is not in it
            "titles": {"card-statin-grapefruit": "Statins and grapefruit"}}

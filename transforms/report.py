@@ -302,23 +302,27 @@ def explorer_data(newest: pl.DataFrame, previous: pl.DataFrame | None, flips: pl
     # and every grade above 0 it has (the ideal ranking)
     # and its cards' retrieval scores (kept for graded cases only: at 20,000 cases they would
     # add a number per listed card to the page for every case)
+    # The explorer reads these only for a graded case (gold_source "relevance"): a run with
+    # none leaves them out of the page (a third of its bytes at 100k cases), as it leaves out a
+    # question no case has, and a flip's reason and the run before when there is none.
     is_graded = pl.col("gold_source") == "relevance"
     graded = [pl.col("ndcg_at_k").alias("ndcg"), pl.col("graded_ranks").alias("grades"), "ideal_gains",
               pl.when(is_graded).then(pl.col("card_scores")).alias("scores")]
-    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", "question", "gold_source",
+    if not newest.select(is_graded.any()).item():
+        graded = []
+    question = ["question"] if newest["question"].null_count() < newest.height else []
+    cases = newest.select("case_id", "locale", "category", hit, "first_relevant_rank", *question, "gold_source",
                           pl.col("gold").fill_null(no_ids), shown.alias("retrieved"), "n_cards", *graded)
     if flips is not None:
         flip = pl.concat_str(pl.col("from"), pl.lit("-"), pl.col("to")).alias("flip")
         cases = cases.join(flips.select("case_id", flip, "reason"), on="case_id", how="left", maintain_order="left")
     else:
-        cases = cases.with_columns(pl.lit(None, dtype=pl.String).alias("flip"), pl.lit(None, dtype=pl.String).alias("reason"))
+        cases = cases.with_columns(pl.lit(None, dtype=pl.String).alias("flip"))
     if previous is not None:
         before = previous.select("case_id", pl.struct(
             hit, "first_relevant_rank", shown.alias("retrieved"), "n_cards",
             pl.col("gold").fill_null(no_ids), *graded).alias("before"))
         cases = cases.join(before, on="case_id", how="left", maintain_order="left")
-    else:
-        cases = cases.with_columns(pl.lit(None).alias("before"))
     meta = {"run_id": run_id, "previous_run_id": previous_run_id, "k": k, "kb": titles is not None,
             "titles": _titles_named(titles, [newest] if previous is None else [newest, previous]),
             "texts": texts or {}}
