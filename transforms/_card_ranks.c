@@ -9,7 +9,7 @@
  * cards are the same card only when their bytes are equal. It is what Polars'
  * `is_first_distinct().over(case)` and a running count compute, without a hash table per case
  * group and a scatter back (a sixth of a batch's CPU); transforms/rankings.py keeps that form
- * where this module was not compiled, and tests/test_rankings.py holds the two to each other. */
+ * where this module was not compiled, and tests/test_card_ranks.py holds the two to each other. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,13 +50,15 @@ static uint64_t text_hash(Text t) { /* FNV-1a, then mixed: only to spread the ta
 
 static int same_text(Text a, Text b) { return a.len == b.len && memcmp(a.data, b.data, (size_t)a.len) == 0; }
 
-/* ranks: [start, end) of one case's items at a time; -1 on a view out of bounds. */
+/* ranks: [start, end) of one case's items at a time, never more than `longest` (what the
+ * scratch holds: `rank` is read again here, without the GIL, and a caller's thread could have
+ * written to it since it was measured); -1 on a view out of bounds. */
 static int rank_cards(const int32_t *rank, const unsigned char *views, const Py_buffer *buffers, Py_ssize_t n_buffers,
-                      Py_ssize_t n, int32_t *out, Text *texts, int32_t *table) {
+                      Py_ssize_t n, Py_ssize_t longest, int32_t *out, Text *texts, int32_t *table) {
     Py_ssize_t start = 0;
     while (start < n) {
         Py_ssize_t end = start + 1;
-        while (end < n && rank[end] != 1) end++;
+        while (end < n && end - start < longest && rank[end] != 1) end++;
         size_t slots = 16;
         while (slots < 2 * (size_t)(end - start)) slots *= 2;
         memset(table, 0xff, slots * sizeof *table); /* -1: empty */
@@ -130,7 +132,7 @@ static PyObject *first_card_ranks(PyObject *self, PyObject *args) {
     }
     int status;
     Py_BEGIN_ALLOW_THREADS;
-    status = rank_cards(rank.buf, views.buf, buffers, n_buffers, n, out.buf, texts, table);
+    status = rank_cards(rank.buf, views.buf, buffers, n_buffers, n, longest, out.buf, texts, table);
     Py_END_ALLOW_THREADS;
     if (status) {
         PyErr_SetString(PyExc_ValueError, "first_card_ranks: a view points outside its data buffers");
