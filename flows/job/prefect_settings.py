@@ -150,9 +150,12 @@ def configured(*, served: bool = False) -> Iterator[None]:
         for name in RUN_LOGGERS:
             logging.getLogger(name).removeFilter(PLAIN_EXPECTED_ERRORS)
         for item, level in restore:
-            # The queue services stay quiet: what they could not send in time they would say at
-            # the interpreter's exit, a warning line after the command's own.
-            if getattr(item, "name", None) not in QUEUE_SERVICES:
+            # The queue services stay quiet, and so do the handlers of Prefect's internal
+            # loggers: what the services could not send in time they would say after the
+            # command's own line (a warning at the interpreter's exit; an error per event
+            # from the internal concurrency logger while the events client still retries a
+            # lost API, seconds after the drain gave up).
+            if getattr(item, "name", None) not in QUEUE_SERVICES and not isinstance(item, logging.Handler):
                 item.setLevel(level)
 
 
