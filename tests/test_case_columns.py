@@ -19,9 +19,10 @@ import pytest
 from builders import case, chunk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.sources import _case_columns, case_file
+from retrieval_eval.flows.sources import _case_columns, strict_read
 from retrieval_eval.flows.sources.case_file import CaseFileRead, parsed_batch
-from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
+from retrieval_eval.transforms.case_schema import CLEAN_CASES_SCHEMA
+from retrieval_eval.transforms.errors import NotClean
 from retrieval_eval.transforms.records import MAX_RECORD_BYTES, judge_line
 from retrieval_eval.transforms.staging import stage
 
@@ -298,22 +299,22 @@ def test_a_file_read_in_blocks_gives_the_tables_arrow_gives(tmp_path_factory, re
     path = tmp_path_factory.mktemp("file") / "cases.jsonl"
     text = b"\n".join(dumped(r, ascii_only=False, compact=False) for r in records)
     path.write_bytes(text + (b"\n" if final_newline else b""))
-    saved, case_file.STRICT_BLOCK_BYTES = case_file.STRICT_BLOCK_BYTES, block_bytes
+    saved, strict_read.STRICT_BLOCK_BYTES = strict_read.STRICT_BLOCK_BYTES, block_bytes
     try:
         with CaseFileRead(path) as strict:
             assert strict.strict
             ours = pa.concat_tables(strict.tables(5))
             assert strict.facts().fast_read_holds(ours.num_rows)
     finally:
-        case_file.STRICT_BLOCK_BYTES = saved
+        strict_read.STRICT_BLOCK_BYTES = saved
     with CaseFileRead(path, strict=False) as arrow:
         theirs = pa.concat_tables(arrow.tables(5))
     assert ours.combine_chunks().equals(theirs.combine_chunks())
 
 
 def test_a_line_longer_than_any_record_ends_the_read_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(case_file, "STRICT_BLOCK_BYTES", 16)
-    monkeypatch.setattr(case_file, "MAX_RECORD_BYTES", 40)
+    monkeypatch.setattr(strict_read, "STRICT_BLOCK_BYTES", 16)
+    monkeypatch.setattr(strict_read, "MAX_RECORD_BYTES", 40)
     path = tmp_path / "cases.jsonl"
     path.write_bytes(b'{"case_id": "a"}\n{"case_id": "' + b"x" * 60 + b'"}\n{"case_id": "c"}\n')
     with CaseFileRead(path) as read, pytest.raises(NotClean):
@@ -339,7 +340,7 @@ def test_without_the_parser_every_read_takes_arrow_and_the_job_gives_the_same_fi
                 con.execute("select * from case_metrics order by run_id, case_id, k").fetchall()
 
     evaluate(job_options(SAMPLE_RUNS, tmp_path / "strict"))
-    monkeypatch.setattr(case_file, "_case_columns", None)
+    monkeypatch.setattr(strict_read, "_case_columns", None)
     with CaseFileRead(next(SAMPLE_RUNS.glob("*/cases.jsonl"))) as read:
         assert not read.strict
     evaluate(job_options(SAMPLE_RUNS, tmp_path / "arrow"))

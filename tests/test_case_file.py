@@ -4,18 +4,22 @@ a read nobody takes is stopped; its facts tell what JSON forbids and Arrow would
 
 import json
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from builders import case, cli, write_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from retrieval_eval.flows.sources.case_file import CaseFileRead, Prefetch, scan_facts
+from retrieval_eval.flows.sources.case_file import CaseFileRead, scan_facts
+from retrieval_eval.flows.sources.strict_read import Prefetch
 from retrieval_eval.flows.sources.artifacts import first_cases_file
 from retrieval_eval.flows.sources.stored_file import StoredFile
 from retrieval_eval.flows.warehouse.warehouse import Warehouse
-from retrieval_eval.transforms.case_schema import NotClean
+from retrieval_eval.transforms.errors import NotClean
 
 
 def _cases_file(tmp_path, n: int = 30):
@@ -41,7 +45,7 @@ def test_a_read_started_ahead_is_taken_over_and_reads_the_same_cases(tmp_path):
     with Prefetch(StoredFile(str(path))) as prefetch:
         read = prefetch.take(StoredFile(str(path)))
         assert read is not None and prefetch.take(StoredFile(str(path))) is None  # handed over once
-        ahead = _read_all(read, batch_items=10)
+        ahead = _read_all(CaseFileRead(path, started=read), batch_items=10)
     assert ahead.equals(on_demand)
     assert ahead.column("case_id").to_pylist() == [f"c{i}" for i in range(30)]
 
@@ -51,12 +55,12 @@ def test_a_read_nobody_takes_is_stopped_with_its_prefetch(tmp_path):
     with Prefetch(StoredFile(str(path))) as prefetch:
         started = prefetch._read
         assert started is not None and started.path == path
-    assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
+    assert started.handoff.done.is_set() and not any(t.is_alive() for t in started._threads)
     assert not _reading_threads()
     with Prefetch(StoredFile(str(path))) as prefetch:
         started = prefetch._read
         assert prefetch.take(StoredFile(str(tmp_path / "another.jsonl"))) is None  # another file: the read is stopped
-        assert started._done.is_set() and not any(t.is_alive() for t in started._threads)
+        assert started.handoff.done.is_set() and not any(t.is_alive() for t in started._threads)
 
 
 def test_a_refusal_met_ahead_is_raised_where_the_tables_are_taken(tmp_path):
@@ -168,3 +172,80 @@ def test_the_first_run_is_read_ahead_unless_its_file_is_the_one_its_commit_recor
     os.utime(cases_a, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # touched: read again
     touched = first_cases_file(runs, Warehouse(warehouse).committed_sources())
     assert touched is not None and touched.location == str(cases_a.absolute())
+
+
+# ------------------------------------------------- the strict read: one pass, started before Arrow
+
+
+def _file_of_lines(tmp_path, shape: str) -> Path:
+    """A cases file of 40 records (4 items each, ~200 bytes a line) shaped as `shape` says."""
+    items = [{"id": f"card-{j}::00", "parent_id": f"card-{j}", "score": 1 - j / 10} for j in range(4)]
+    lines = [json.dumps(case(f"c{i}", items, ["card-1"])) for i in range(40)]
+    if shape == "a refused line":
+        lines[17] = '{"case_id": "c17", "retrieved_context": "not a list"}'
+    if shape == "an overlong line":
+        lines[17] = json.dumps(case("c17", items * 20, ["card-1"]))
+    path = tmp_path / shape.replace(" ", "-") / "cases.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("" if shape == "empty" else "\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["on the way", "by a scan"])
+@pytest.mark.parametrize("shape", ["clean", "a refused line", "an overlong line", "empty"])
+def test_the_digest_is_of_every_byte_however_the_parse_ends(tmp_path, monkeypatch, shape, early):
+    # The strict parser's read digests the bytes it reads, and the rest of them once it stops
+    # (a refused line; a line past the record limit ends the read itself); a scan of its own
+    # when asked. Blocks of 1 KiB: the file is read in several. Checked against BLAKE3 of the
+    # whole bytes at once.
+    from blake3 import blake3
+
+    from retrieval_eval.flows.sources import strict_read
+
+    monkeypatch.setattr(strict_read, "STRICT_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(strict_read, "MAX_RECORD_BYTES", 2048)
+    path = _file_of_lines(tmp_path, shape)
+    with CaseFileRead(path) as read:
+        assert read.strict
+        if early:
+            read.digest_early()
+        try:
+            cases = sum(table.num_rows for table in read.tables(10))
+        except NotClean:
+            cases = None
+        facts = read.facts()
+    assert facts.digest == "blake3:" + blake3(path.read_bytes()).hexdigest()
+    assert cases == {"clean": 40, "empty": 0}.get(shape)
+
+
+def test_a_read_started_ahead_is_digested_by_a_scan_once_asked(tmp_path):
+    # A prefetched read whose run was committed (a touched file): its digest is asked for early,
+    # after the parse began digesting on its own; the scan's digest is the file's.
+    from blake3 import blake3
+
+    path = _cases_file(tmp_path, n=3_000)
+    with Prefetch(StoredFile(str(path))) as prefetch:
+        started = prefetch.take(StoredFile(str(path)))
+        with CaseFileRead(path, started=started) as read:
+            read.digest_early()
+            assert read.facts().digest == "blake3:" + blake3(path.read_bytes()).hexdigest()
+            assert sum(table.num_rows for table in read.tables(1_000)) == 3_000
+            assert [t.name for t in started._threads] == ["parse", "scan"]
+
+
+def test_the_first_read_starts_before_arrow_numpy_and_the_engines_are_imported(tmp_path):
+    # `run` starts its first run's read as soon as it found the file: what the CLI imports up to
+    # then, and the read itself, import none of them (they took the first 0.1 s of a run).
+    path = _cases_file(tmp_path)
+    code = "\n".join([
+        "import sys",
+        "from retrieval_eval.flows.commands import cli, run",
+        "from retrieval_eval.flows.sources.stored_file import StoredFile",
+        "from retrieval_eval.flows.sources.strict_read import Prefetch",
+        f"with Prefetch(StoredFile({str(path)!r})) as prefetch:",
+        "    parsed = next(prefetch._read.handoff.items())",
+        "    print(parsed[0], sorted(m for m in ('numpy', 'pyarrow', 'polars', 'duckdb') if m in sys.modules))",
+    ])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["30", "[]"]  # the first block's 30 cases, parsed with none imported

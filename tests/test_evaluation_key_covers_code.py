@@ -20,7 +20,7 @@ from retrieval_eval.flows.warehouse.evaluation_key import (CODE_FOLDERS, NOT_EVA
 # the sources, the SQL models and the metric steps.
 DECIDING_FILES = [
     "flows/sources/_case_columns.c", "transforms/case_schema.py", "transforms/deep_json.py", "flows/sources/trec_files.py",
-    "flows/sources/case_file.py", "flows/sources/ingest.py", "flows/sources/artifacts.py", "transforms/records.py",
+    "flows/sources/case_file.py", "flows/sources/strict_read.py", "flows/sources/ingest.py", "flows/sources/artifacts.py", "transforms/records.py",
     "transforms/manifest.py", "transforms/staging.py", "transforms/trec.py", "transforms/metrics.py",
     "transforms/rankings.py", "transforms/case_metrics.py", "transforms/aggregates.py", "transforms/run_summary.py",
     "flows/job/run_steps.py", "sql/case_metrics.sql", "sql/trec_rows_by_topic.sql", "sql/audits/unique_keys.sql",

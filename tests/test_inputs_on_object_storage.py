@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from builders import cli, reader
-from retrieval_eval.flows.sources.case_file import Prefetch
+from retrieval_eval.flows.sources.strict_read import Prefetch
 from retrieval_eval.flows.sources.stored_file import StoredFile
 from retrieval_eval.flows.storage import open_store
 from retrieval_eval.flows.storage.errors import ObjectChanged

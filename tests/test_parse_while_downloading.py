@@ -26,7 +26,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from builders import case, cli, write_run
-from retrieval_eval.flows.sources import case_file, stored_file
+from retrieval_eval.flows.sources import stored_file, strict_read
 from retrieval_eval.flows.sources.ingest import FAST, LINE_BY_LINE, Ingest
 from retrieval_eval.flows.sources.stored_file import StoredFile
 from retrieval_eval.flows.storage import open_store
@@ -105,7 +105,7 @@ def test_the_first_batch_is_staged_before_the_last_byte_arrives(tmp_path):
     # 3,500 lines of ~3.2 kB: about 11 MB. The strict parser hands on its first 4 MiB block of
     # whole lines once it has read the next one: 8 MiB are there while the last 1 MiB is held back.
     path, stored = stored_cases(tmp_path, cases_lines(3_500))
-    assert path.stat().st_size > 2 * case_file.STRICT_BLOCK_BYTES + STREAM_BLOCK
+    assert path.stat().st_size > 2 * strict_read.STRICT_BLOCK_BYTES + STREAM_BLOCK
     ingest = ingest_of(stored, tmp_path / "scratch")
     batches = ingest.batches()
     first = next(batches)
@@ -235,7 +235,7 @@ def test_a_local_cases_file_is_read_in_place(tmp_path):
 def test_a_downloaded_file_reads_as_the_local_file(tmp_path, monkeypatch, shape):
     lines = cases_lines(300)
     if shape == "without the strict parser":
-        monkeypatch.setattr(case_file, "_case_columns", None)  # Arrow's reader reads every file
+        monkeypatch.setattr(strict_read, "_case_columns", None)  # Arrow's reader reads every file
     if shape == "a line the rules reject":
         lines[7] = '{"case_id": "c7", "retrieved_context": "not a list"}'
     path, stored = stored_cases(tmp_path, lines, gz=shape == "gz")

@@ -27,8 +27,3 @@ _COMMON_FIELDS = [
 CASES_SCHEMA = pa.schema([*_COMMON_FIELDS, ("relevance", pa.struct([]))])
 # The clean copy the line-by-line rules write of a file's valid records.
 CLEAN_CASES_SCHEMA = pa.schema([*_COMMON_FIELDS, ("relevance", pa.list_(GRADE))])
-
-
-class NotClean(Exception):
-    """The fast pass cannot take these records (a record breaks a rule, Arrow's reader refuses
-    the file, or the file holds something JSON does not allow): the line-by-line pass decides."""

@@ -10,6 +10,11 @@ class InputError(Exception):
     """Bad input or usage: the message names the file, and the line and field when known."""
 
 
+class NotClean(Exception):
+    """The fast pass cannot take these records (a record breaks a rule, Arrow's reader refuses
+    the file, or the file holds something JSON does not allow): the line-by-line pass decides."""
+
+
 @dataclass(frozen=True)
 class Reject:
     """One record of a cases file that failed validation, kept whole in `raw`."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from .case_schema import NotClean
+from .errors import NotClean
 
 STAGED_ITEM = {"id": pl.String, "parent_id": pl.String, "score": pl.Float64}
 STAGED_GRADE = {"card_id": pl.String, "grade": pl.Int64}

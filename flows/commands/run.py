@@ -17,7 +17,7 @@ from ...transforms.errors import InputError
 from ..inputs import config
 from ..inputs.options import values_of
 from ..sources.artifacts import first_cases_file
-from ..sources.case_file import Prefetch
+from ..sources.strict_read import Prefetch
 from ..storage.interrupts import import_engines
 from ..warehouse.warehouse import Warehouse
 from .collector import imports_done

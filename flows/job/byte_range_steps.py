@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from ...transforms.case_schema import NotClean
+from ...transforms.errors import NotClean
 from ...transforms.staging import stage
 from ..sources.case_file import CaseFileRead, FileFacts
 from ..sources.ingest import FAST, IngestAccount

@@ -25,7 +25,7 @@ from ..inputs.kb import KnowledgeBase, kb_record, read_kb
 from ..inputs.options import BY_NAME, OPTIONS, input_location
 from ..outputs.warehouse_gate import GateOptions, GateOutcome, gate_options, gate_run, refuse_ungateable
 from ..outputs.reports import ReportOptions, WrittenReport, write_report
-from ..sources.case_file import Prefetch
+from ..sources.strict_read import Prefetch
 from ..sources.ingest import BATCH_ITEMS, StagedBatch
 from ..sources.source import RunIngest, RunSource, source_format
 from ..sources.stored_file import StoredFile

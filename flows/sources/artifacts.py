@@ -14,7 +14,7 @@ from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest, parse_manifest
 from ...transforms.records import UnkeepableText, strict_json_loads
 from ..storage import NotFound, ObjectInfo, open_store, parse_location
-from .case_file import Prefetch, streamable
+from .strict_read import Prefetch, streamable
 from .schemas import validate
 from .stored_file import StoredFile, is_uri
 

@@ -7,29 +7,27 @@ Two parsers, both strict about the types of the fields the metrics need
 score, a repeated key, malformed JSON — each stops the read, and ingest (flows/sources/ingest.py)
 sends the file to the line-by-line rules.
 - The strict parser (flows/sources/_case_columns.c) reads a plain file in blocks of whole lines on a
-  thread per core, and holds every line to one clean JSON record itself, so the facts are
-  only the digest. It costs half of Arrow's CPU (benchmarks/README.md).
+  thread per core but one (flows/sources/strict_read.py, which imports no Arrow: `retrieval-eval
+  run` starts its first run's read before it imports Arrow and the engines), and holds every
+  line to one clean JSON record itself, so the facts are only the digest, taken of the bytes
+  on their way to the parser. It costs half of Arrow's CPU (benchmarks/README.md). Its columns
+  are made Arrow tables here.
 - Arrow's JSON reader reads a .gz, the line-by-line pass's clean copy, and every file where
   the parser was not compiled. It takes JSON values wherever they stand and some of what JSON
-  forbids, so its facts count lines and look for that.
+  forbids, so its facts count lines and look for that, on a pass of their own.
 A thread of ours keeps each parser asking for blocks, so parsing goes on while a batch is
 evaluated. An object in a bucket (flows/sources/stored_file.py) is taken by the strict parser
 from memory as it arrives (`StreamedObject`); Arrow's reader reads a local copy once it is
 whole (`Download`). Either way its digest is the one the copy computed on the way.
 
-This module imports only pyarrow, NumPy and BLAKE3, not Polars or DuckDB: `retrieval-eval
-run` starts its first run's read (`CaseFileRead`) before it imports the engines, so the
-parse fills the core the imports leave idle, and hands the read down to the job.
+This module imports pyarrow, NumPy and BLAKE3, not Polars or DuckDB.
 """
-
 from __future__ import annotations
 
 import gzip
-import queue
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -39,16 +37,11 @@ import pyarrow as pa
 import pyarrow.json as pa_json
 from blake3 import blake3
 
-from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
+from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM
+from ...transforms.errors import NotClean
 from ...transforms.records import MAX_RECORD_BYTES
-from ..storage.hashing import file_digest
-from .stored_file import DOWNLOAD_POLL_SECONDS, Download, Stopped, StoredFile, StreamedObject
-
-try:
-    from . import _case_columns  # the strict parser (flows/sources/_case_columns.c), built at install
-except ImportError:  # not compiled here (no C compiler at install): Arrow's reader reads every file
-    _case_columns = None
-
+from .stored_file import DOWNLOAD_POLL_SECONDS, Download, Stopped, StreamedObject
+from .strict_read import READ_AHEAD_BYTES, READ_AHEAD_COLUMN_BYTES, Handoff, StrictParse, parser_compiled
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
 # longer than a block stops the fast path; the line-by-line pass then reads the valid lines
@@ -57,14 +50,6 @@ BLOCK_BYTES = 1 << 20
 # A table holds at most this many cases, however few items they retrieved: records without
 # items (or a file of `{}` lines on its way to the line-by-line rules) stay within a batch's memory.
 MAX_TABLE_CASES = 100_000
-# JSON parsed ahead of the evaluation, in blocks (one Arrow batch each): ~100 MB of columns at most,
-# and never more than READ_AHEAD_COLUMN_BYTES of columns (short lines, as `{}`, make many times their bytes).
-READ_AHEAD_BYTES = 512 << 20
-READ_AHEAD_COLUMN_BYTES = 64 << 20
-# The strict parser's blocks of whole lines (4 MiB: fewer calls than 1, as fast per byte), and
-# how many it parses at once.
-STRICT_BLOCK_BYTES = 4 << 20
-PARSE_THREADS = max(1, pa.cpu_count() - 1)  # every core but the one that evaluates the batches
 JSON_WHITESPACE = b" \t\r\n"
 NEWLINE, OPEN_BRACE = ord("\n"), ord("{")
 # Tokens Arrow's reader takes as numbers and JSON does not (SPEC 6: the line is not JSON).
@@ -212,19 +197,10 @@ def _blocks(stream: IO[bytes], stop: threading.Event | None) -> Iterator[bytes]:
         yield block
 
 
-def _stop_check(stop: threading.Event | None) -> Callable[[], None]:
-    def check() -> None:
-        if stop is not None and stop.is_set():
-            raise Stopped
-    return check
-
-
-def scan_facts(path: Path, stop: threading.Event | None = None, *, text: bool = True) -> FileFacts:
+def scan_facts(path: Path, stop: threading.Event | None = None) -> FileFacts:
     """One pass over `path`: BLAKE3 of its bytes as stored (a cryptographic hash about 2.5×
-    faster than SHA-256 here) and, unless not `text` (the strict parser's reads), the scan of
-    its text (decompressed for a .gz). Raises Stopped when `stop` is set."""
-    if not text:
-        return FileFacts("blake3:" + file_digest(path, _stop_check(stop)), None, None, True)
+    faster than SHA-256 here) and the scan of its text (decompressed for a .gz) for what
+    Arrow's reader would take. Raises Stopped when `stop` is set."""
     digest = blake3()
     scan = _Scan()
     with open(path, "rb") as handle:
@@ -283,39 +259,6 @@ def _int32_values(array: pa.Int32Array) -> np.ndarray:
     return np.frombuffer(array.buffers()[1], dtype=np.int32, count=len(array), offset=array.offset * 4)
 
 
-def _line_blocks(handle: IO[bytes], stop: threading.Event, buffers: int) -> Iterator[memoryview]:
-    """The file in blocks of whole lines of about STRICT_BLOCK_BYTES. A line longer than a
-    block makes its block longer; one past MAX_RECORD_BYTES is handed on as it is (the parser
-    refuses it, as the rules do) and the read ends there. The blocks are read into `buffers`
-    buffers taken in turn: a block stays as it is until `buffers` - 1 more were taken (a fresh
-    4 MiB buffer for each block cost as many page faults, zeroed, as the file has pages)."""
-    carry = b""
-    ring = [bytearray() for _ in range(buffers)]
-    given = 0  # blocks handed on: the next one goes in ring[given % buffers]
-    while True:
-        if stop.is_set():
-            raise Stopped
-        block = ring[given % buffers]
-        if len(block) < len(carry) + STRICT_BLOCK_BYTES:
-            block = ring[given % buffers] = bytearray(len(carry) + STRICT_BLOCK_BYTES)
-        block[:len(carry)] = carry
-        size = len(carry) + handle.readinto(memoryview(block)[len(carry):len(carry) + STRICT_BLOCK_BYTES])
-        if size == len(carry):  # the end of the file
-            if carry:
-                yield memoryview(block)[:size]
-            return
-        cut = block.rfind(b"\n", 0, size) + 1
-        if cut == 0 and size <= MAX_RECORD_BYTES:
-            carry = bytes(block[:size])  # one line, not ended yet
-            continue
-        if cut == 0:
-            yield memoryview(block)[:size]
-            return
-        carry = bytes(block[cut:size])
-        given += 1
-        yield memoryview(block)[:cut]
-
-
 def _array(arrow_type: pa.DataType, length: int, validity: tuple, *buffers, children=None) -> pa.Array:
     """An Arrow array over the parser's buffers (objects that own their memory and lend it
     through the buffer protocol): its validity is (bitmap or None, null count)."""
@@ -344,117 +287,77 @@ def parsed_batch(parsed: tuple) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([columns[name] for name in CASES_SCHEMA.names], schema=CASES_SCHEMA)
 
 
+
+
 class CaseFileRead:
-    """One read of a cases file, started when made: the parse on a thread of ours (up to
-    READ_AHEAD_BYTES ahead of whoever takes the tables) and, on another, the file's facts
-    (`scan_facts`). A plain file is parsed by the strict parser, when it was compiled, with
-    `strict` (the default); otherwise Arrow's reader parses it (which alone parses only a block
-    or two ahead). `scan=False` reads a file whose lines were already judged (the clean copy
-    of ingest's line-by-line pass), with Arrow's reader and the schema given. With `download`,
-    the file's digest is the one that copy computed: a `Download` whose file is `path` (Arrow's
+    """One read of a cases file, started when made, in tables of whole cases, and beside them
+    the file's facts. A plain file is parsed by the strict parser, when it was compiled, with
+    `strict` (the default): flows/sources/strict_read.py `StrictParse`, whose facts are only the
+    digest; `started` is such a read begun ahead (the CLI's `Prefetch`), taken over here.
+    Otherwise Arrow's reader parses the file on a thread of ours (up to READ_AHEAD_BYTES ahead
+    of whoever takes the tables; alone it parses only a block or two ahead) and the facts are
+    found on another (`scan_facts`). `scan=False` reads a file whose lines were already judged
+    (the clean copy of ingest's line-by-line pass), with Arrow's reader and the schema given.
+    With `download`, the file is a copy of an object: a `Download` whose file is `path` (Arrow's
     reader waits for it to end), or a StreamedObject, with `path` None, that only the strict
     parser reads (`streamable`). `where` names the file either way.
 
     Whatever stops the parse is raised where the tables are taken: NotClean when the fast
     pass cannot take the file (a line the strict parser refuses; for Arrow's reader, a first
     value that is not an object, or a refusal), as it is otherwise (an unreadable or truncated
-    file). `close()` stops both threads, and the download."""
+    file). `close()` stops the read and its threads, and the download."""
 
     def __init__(self, path: Path | None, *, schema: pa.Schema = CASES_SCHEMA, block_bytes: int = BLOCK_BYTES,
-                 scan: bool = True, strict: bool = True, download: Download | StreamedObject | None = None) -> None:
+                 scan: bool = True, strict: bool = True, download: Download | StreamedObject | None = None,
+                 started: StrictParse | None = None) -> None:
         self.path = path
-        self.where = str(path) if path is not None else download.location
-        self._download = download
-        self._schema = schema
         streamed = isinstance(download, StreamedObject)
-        self.strict = strict and scan and _case_columns is not None and (streamed or path.suffix != ".gz" and download is None)
-        if streamed != (path is None) or streamed and not self.strict:
-            raise ValueError(f"{self.where}: a stream is read by the strict parser alone, and has no path")
-        self._handed: queue.Queue = queue.Queue(max(1, READ_AHEAD_BYTES // (STRICT_BLOCK_BYTES if self.strict else block_bytes)))
-        self._done = threading.Event()
-        self._room = threading.Condition()  # the columns handed on and not yet taken, in bytes
-        self._held_bytes = 0
+        self.strict = started is not None or (strict and scan and parser_compiled() and
+                                              (streamed or path.suffix != ".gz" and download is None))
+        if started is None and (streamed != (path is None) or streamed and not self.strict):
+            raise ValueError(f"{path or download.location}: a stream is read by the strict parser alone, and has no path")
+        self._schema = schema
+        self._threads: list[threading.Thread] = []
+        self._download = None if self.strict else download  # a strict read's stream is its StrictParse's
+        if self.strict:
+            self._strict = started or StrictParse(path, download)
+            self._handoff = self._strict.handoff
+            self.where = self._strict.where
+            return
+        self._strict = None
+        self.where = str(path)
+        self._handoff = Handoff(READ_AHEAD_BYTES // block_bytes, READ_AHEAD_COLUMN_BYTES)
         self._facts: Future[FileFacts] = Future()
-        target, args = (self._parse_strict, ()) if self.strict else (self._parse, (schema, block_bytes))
-        self._threads = [threading.Thread(target=target, args=args, name="parse", daemon=True)]
+        self._threads.append(threading.Thread(target=self._parse, args=(schema, block_bytes), name="parse", daemon=True))
         if scan:
             self._threads.append(threading.Thread(target=self._scan, name="scan", daemon=True))
         for thread in self._threads:
             thread.start()
 
+    def digest_early(self) -> None:
+        """Have the file's digest as soon as a pass of its own gives it, ahead of the parse
+        (`StrictParse.digest_early`; the facts of Arrow's reader are found on a thread of
+        their own anyway)."""
+        if self._strict is not None:
+            self._strict.digest_early()
+
     def _scan(self) -> None:
         try:
-            checksum = self._downloaded()
-            if checksum is not None and self.strict:
-                facts = FileFacts("blake3:" + checksum, None, None, True)
-            else:
-                facts = scan_facts(self.path, self._done, text=not self.strict)
-            self._facts.set_result(facts)
+            self._downloaded()
+            self._facts.set_result(scan_facts(self.path, self._handoff.done))
         except BaseException as error:  # noqa: BLE001 — raised again by facts()
             self._facts.set_exception(error)
 
-    def _downloaded(self) -> str | None:
-        """Once the download has ended, its BLAKE3 (None when the file was not downloaded);
-        Stopped when the read is closed first."""
+    def _downloaded(self) -> None:
+        """Wait for the download, if any, to end; Stopped when the read is closed first."""
         if self._download is None:
-            return None
-        while (checksum := self._download.checksum(DOWNLOAD_POLL_SECONDS)) is None:
-            if self._done.is_set():
+            return
+        while self._download.checksum(DOWNLOAD_POLL_SECONDS) is None:
+            if self._handoff.done.is_set():
                 raise Stopped
-        return checksum
-
-    def _open(self) -> IO[bytes]:
-        return open(self.path, "rb") if self._download is None else self._download.reader(self._done)
-
-    def _parse_strict(self) -> None:
-        """Blocks of whole lines parsed PARSE_THREADS at a time (the parser lets go of the GIL),
-        handed on in file order."""
-        try:
-            with self._open() as handle, ThreadPoolExecutor(PARSE_THREADS, "parse-block") as pool:
-                pending: deque[Future] = deque()
-                # A block is parsed before PARSE_THREADS + 1 more are read: its buffer is then free.
-                blocks = _line_blocks(handle, self._done, buffers=PARSE_THREADS + 2)
-                while True:
-                    for block in blocks:
-                        pending.append(pool.submit(_case_columns.parse, block, MAX_RECORD_BYTES))
-                        if len(pending) > PARSE_THREADS:
-                            break
-                    if not pending:
-                        break
-                    parsed = pending.popleft().result()
-                    if parsed is None:
-                        self._offer(NotClean("a line is not one clean record"))
-                        return
-                    if not self._offer(parsed_batch(parsed)):
-                        return
-            self._offer(None)
-        except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
-            self._offer(error)
-
-    def _offer(self, item: object) -> bool:
-        size = item.nbytes if isinstance(item, pa.RecordBatch) else 0
-        while not self._done.is_set():
-            with self._room:
-                if self._held_bytes and self._held_bytes + size > READ_AHEAD_COLUMN_BYTES:
-                    self._room.wait(0.1)
-                    continue
-                self._held_bytes += size
-            try:
-                self._handed.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                with self._room:
-                    self._held_bytes -= size
-                continue
-        return False
-
-    def _taken(self, item: object) -> None:
-        if isinstance(item, pa.RecordBatch):
-            with self._room:
-                self._held_bytes -= item.nbytes
-                self._room.notify()
 
     def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
+        handoff = self._handoff
         try:
             self._downloaded()
             opening = first_value_opening(self.path)
@@ -463,40 +366,32 @@ class CaseFileRead:
             if opening == b"{":
                 reader = open_reader(self.path, block_bytes, schema)
                 while (batch := _next_batch(reader)) is not None:
-                    if not self._offer(batch):
+                    if not handoff.offer(batch, batch.nbytes):
                         return
-            self._offer(None)
+            handoff.offer(None)
         except (pa.ArrowInvalid, UnicodeDecodeError) as error:
             # Arrow's refusals (malformed JSON, a wrong type, a repeated key, a record longer
             # than a block); pyarrow raises UnicodeDecodeError when its message quotes
             # invalid UTF-8.
-            self._offer(NotClean(str(error)))
+            handoff.offer(NotClean(str(error)))
         except Exception as error:  # noqa: BLE001 — raised again where the tables are taken
-            self._offer(error)
+            handoff.offer(error)
 
     def facts(self) -> FileFacts:
-        """The file's facts (waits for the scan)."""
+        """The file's facts (waits for them)."""
+        if self._strict is not None:
+            return FileFacts("blake3:" + self._strict.digest.result(), None, None, True)
         return self._facts.result()
 
     def facts_ready(self) -> bool:
-        return self._facts.done()
+        return (self._strict.digest if self._strict is not None else self._facts).done()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
-        while True:
-            try:
-                item = self._handed.get(timeout=0.1)
-                self._taken(item)
-            except queue.Empty:
-                if self._done.is_set():  # closed: nothing more will come
-                    raise Stopped from None
-                continue
-            if item is None:
-                return
-            if isinstance(item, Exception):
-                raise item
-            if self._done.is_set():
-                raise Stopped
-            yield item
+        if self._strict is None:
+            yield from self._handoff.items()
+        else:
+            for parsed in self._handoff.items():
+                yield parsed_batch(parsed)
 
     def tables(self, batch_items: int) -> Iterator[pa.Table]:
         """Tables of whole cases holding about `batch_items` retrieved items (the last one
@@ -530,51 +425,15 @@ class CaseFileRead:
 
     def close(self) -> None:
         """Stop reading (a block being parsed is finished first) and drop what was read."""
-        self._done.set()
+        self._handoff.done.set()
+        if self._strict is not None:
+            self._strict.close()
         for thread in self._threads:
             thread.join()
         if self._download is not None:
             self._download.close()
 
     def __enter__(self) -> CaseFileRead:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def streamable(name: str) -> bool:
-    """Whether a cases file of this name in a bucket is read from memory as it arrives (the
-    strict parser, compiled here, reads a plain file), rather than from a local copy."""
-    return _case_columns is not None and not name.endswith(".gz")
-
-
-class Prefetch:
-    """A read started before it is asked for (the CLI starts its first run's read before it
-    imports the engines: a local file, or an object streamed from its bucket), handed to the
-    first ingest of that file (`take`); a read nobody took is closed with the prefetch."""
-
-    def __init__(self, first: StoredFile | None) -> None:
-        self._first = first
-        self._read: CaseFileRead | None = None
-        if first is not None:
-            self._read = CaseFileRead(first.path) if first.is_local else CaseFileRead(None, download=first.stream())
-
-    def take(self, cases: StoredFile) -> CaseFileRead | None:
-        """The read of `cases` when it is the one started: the same location and, for an object,
-        the ETag of the same listing (an object listed again since, as another, is read again)."""
-        read, self._read = self._read, None
-        if read is not None and (read.where != cases.location or self._first.etag != cases.etag):
-            read.close()
-            return None
-        return read
-
-    def close(self) -> None:
-        if self._read is not None:
-            self._read.close()
-            self._read = None
-
-    def __enter__(self) -> Prefetch:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,7 +36,8 @@ from ...transforms.manifest import Manifest
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.run_summary import IDENTITY_COUNTS
 from ..storage.hashing import file_digest
-from .case_file import FileFacts, Prefetch
+from .case_file import FileFacts
+from .strict_read import Prefetch
 from .formats import READERS
 from .formats.identity import content_id
 from .formats.record import FormatRecord

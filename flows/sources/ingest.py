@@ -18,14 +18,15 @@ from typing import IO, Protocol
 
 import polars as pl
 
-from ...transforms.case_schema import CLEAN_CASES_SCHEMA, NotClean
-from ...transforms.errors import InputError, Reject
+from ...transforms.case_schema import CLEAN_CASES_SCHEMA
+from ...transforms.errors import InputError, NotClean, Reject
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.staging import stage
 from ..storage.errors import ObjectChanged
-from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines, streamable
+from .case_file import BLOCK_BYTES, CaseFileRead, FileFacts, bounded_lines, open_text_lines
 from .reject_stream import RejectFiles, RejectStream
 from .stored_file import Download, StoredFile, StreamedObject
+from .strict_read import StrictParse, streamable
 
 # In-process, staged cases are evaluated in batches of about this many retrieved items
 # (25k cases × 20 items; a batch's frames stay within a few hundred MB).
@@ -144,13 +145,14 @@ class Ingest(RunIngestBase):
     location in every message, which is streamed on a thread of its own while the read takes
     it (from memory; or from a file downloaded into `scratch` for a .gz, or for the
     line-by-line rules, checked to hold the bytes streamed), stopped when the batches are closed;
-    `read` is the read of the cases file when one was started ahead (the CLI's prefetch);
+    `read` is the strict parser's read of the cases file when one was started ahead (the CLI's
+    prefetch), taken over here;
     `committed_digest` is the digest of the bytes the warehouse holds for the run, if any:
     when the file turns out to hold those very bytes (a touched file), the read stops early
     and the account says `same_bytes`."""
 
     def __init__(self, cases: Path | StoredFile, scratch: Path, *, allow_rejects: bool, relevance_level: int = 1,
-                 batch_items: int = BATCH_ITEMS, read: CaseFileRead | None = None,
+                 batch_items: int = BATCH_ITEMS, read: StrictParse | None = None,
                  committed_digest: str | None = None) -> None:
         super().__init__(scratch, allow_rejects=allow_rejects, relevance_level=relevance_level, batch_items=batch_items,
                          committed_digest=committed_digest)
@@ -183,8 +185,10 @@ class Ingest(RunIngestBase):
                 download.close()
 
     def _batches(self, download: Download | StreamedObject | None) -> Iterator[StagedBatch]:
-        read = self._read or CaseFileRead(self.cases_file, download=download)
+        read = CaseFileRead(self.cases_file, download=download, started=self._read)
         self._read = None
+        if self.committed_digest:  # the same bytes, once known, stop the read
+            read.digest_early()
         with read:
             facts = None
             try:

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from ...transforms.errors import InputError
 from ...transforms.manifest import Manifest
 from .artifacts import load_run_folders
-from .case_file import Prefetch
+from .strict_read import Prefetch
 from .format_sources import FORMAT_SOURCES
 from .trec_files import trec_source
 

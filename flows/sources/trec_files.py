@@ -27,8 +27,7 @@ import numpy as np
 import polars as pl
 
 from ... import sql
-from ...transforms.case_schema import NotClean
-from ...transforms.errors import InputError, Reject
+from ...transforms.errors import InputError, NotClean, Reject
 from ...transforms.manifest import Manifest, is_safe_run_id
 from ...transforms.records import MAX_RECORD_BYTES
 from ...transforms.staging import stage
@@ -48,7 +47,8 @@ from ...transforms.trec import (
 )
 from ..storage.duckdb_connection import connect
 from ..storage.hashing import HashingStream, file_digest
-from .case_file import FileFacts, Prefetch
+from .case_file import FileFacts
+from .strict_read import Prefetch
 from .ingest import BATCH_ITEMS, IngestAccount, RejectSink, RunIngestBase, StagedBatch
 from .reject_stream import RejectStream
 from .one_input import OneInputSource, artifacts_digest

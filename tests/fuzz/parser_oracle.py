@@ -14,7 +14,8 @@ import json
 
 import pyarrow as pa
 from retrieval_eval.flows.sources.case_file import parsed_batch
-from retrieval_eval.transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM, NotClean
+from retrieval_eval.transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM
+from retrieval_eval.transforms.errors import NotClean
 from retrieval_eval.transforms.records import judge_line
 from retrieval_eval.transforms.staging import stage
 
