@@ -317,6 +317,7 @@ class CaseFileRead:
         if started is None and (streamed != (path is None) or streamed and not self.strict):
             raise ValueError(f"{path or download.location}: a stream is read by the strict parser alone, and has no path")
         self._schema = schema
+        self._ended = False  # the tables were taken to their end (or the read's refusal)
         self._threads: list[threading.Thread] = []
         self._download = None if self.strict else download  # a strict read's stream is its StrictParse's
         if self.strict:
@@ -378,8 +379,12 @@ class CaseFileRead:
             handoff.offer(error)
 
     def facts(self) -> FileFacts:
-        """The file's facts (waits for them)."""
+        """The file's facts (waits for them). Asked before the tables were taken to their end
+        and before the digest is known (a batch was refused), the strict read hands on no more
+        (`StrictParse.abandon`): it would wait for room for ever, and the digest with it."""
         if self._strict is not None:
+            if not self._ended:
+                self._strict.abandon()
             return FileFacts("blake3:" + self._strict.digest.result(), None, None, True)
         return self._facts.result()
 
@@ -387,11 +392,16 @@ class CaseFileRead:
         return (self._strict.digest if self._strict is not None else self._facts).done()
 
     def _batches(self) -> Iterator[pa.RecordBatch]:
-        if self._strict is None:
-            yield from self._handoff.items()
-        else:
-            for parsed in self._handoff.items():
-                yield parsed_batch(parsed)
+        try:
+            if self._strict is None:
+                yield from self._handoff.items()
+            else:
+                for parsed in self._handoff.items():
+                    yield parsed_batch(parsed)
+        except NotClean:  # the read's own refusal: it was handed on last
+            self._ended = True
+            raise
+        self._ended = True
 
     def tables(self, batch_items: int) -> Iterator[pa.Table]:
         """Tables of whole cases holding about `batch_items` retrieved items (the last one

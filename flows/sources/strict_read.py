@@ -46,9 +46,19 @@ CARRY_ROOM = 1 << 20
 DIGEST_BLOCK_BYTES = 1 << 20
 
 
+def _env_count(name: str) -> int | None:
+    """A positive count set in the environment variable `name` (its first value), else None."""
+    value = os.environ.get(name, "").split(",")[0].strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
 def _cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores the parse counts on, as Arrow counts them (pyarrow's `cpu_count`, not
+    imported here): OMP_NUM_THREADS when set, capped by OMP_THREAD_LIMIT, else the cores this
+    process may run on."""
+    cores = _env_count("OMP_NUM_THREADS") or (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return min(cores, _env_count("OMP_THREAD_LIMIT") or cores)
 
 
 PARSE_THREADS = max(1, _cores() - 1)  # every core but the one that evaluates the batches
@@ -69,10 +79,12 @@ def streamable(name: str) -> bool:
 class Handoff:
     """Items handed on in order from the thread that reads them to the one that takes them:
     at most `slots` at once, and no more than `budget` bytes of them once one is held (an
-    item's size is the caller's to say). `done` set stops both sides."""
+    item's size is the caller's to say). `done` set stops both sides; `abandoned` set, the
+    taker takes no more: offers are refused (and what was held is dropped)."""
 
     def __init__(self, slots: int, budget: int) -> None:
         self.done = threading.Event()
+        self.abandoned = threading.Event()
         self._queue: queue.Queue = queue.Queue(max(1, slots))
         self._room = threading.Condition()
         self._held = 0
@@ -80,8 +92,8 @@ class Handoff:
 
     def offer(self, item: object, size: int = 0) -> bool:
         """Hand on `item` (None: the end; an exception: raised where it is taken), waiting for
-        room; False once `done` is set."""
-        while not self.done.is_set():
+        room; False once `done` or `abandoned` is set."""
+        while not (self.done.is_set() or self.abandoned.is_set()):
             with self._room:
                 if self._held and self._held + size > self._budget:
                     self._room.wait(0.1)
@@ -95,6 +107,15 @@ class Handoff:
                     self._held -= size
         return False
 
+    def abandon(self) -> None:
+        """The taker takes no more: refuse what is offered from now on, and drop what is held."""
+        self.abandoned.set()
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
     def items(self) -> Iterator[object]:
         """The items in order up to the end; raises an exception handed on, and Stopped once
         `done` is set."""
@@ -102,7 +123,7 @@ class Handoff:
             try:
                 item, size = self._queue.get(timeout=0.1)
             except queue.Empty:
-                if self.done.is_set():  # closed: nothing more will come
+                if self.done.is_set() or self.abandoned.is_set():  # nothing more will come
                     raise Stopped from None
                 continue
             with self._room:
@@ -253,7 +274,9 @@ class StrictParse:
                         end = NotClean("a line is not one clean record")
                         break
                     if not handoff.offer(parsed, columns_bytes(parsed)):
-                        raise Stopped
+                        if handoff.done.is_set():
+                            raise Stopped
+                        break  # abandoned: what is left of the file is only digested
                 handoff.offer(end)
                 if isinstance(handle, HashingStream):
                     self._set_digest("parse", self._rest_digested(handle))
@@ -261,14 +284,25 @@ class StrictParse:
             handoff.offer(error)
             self._set_digest("parse", None, error)
 
-    def _rest_digested(self, handle: HashingStream) -> str | None:
-        """The digest of the whole file once the rest of it is read through `handle` (None
-        when a scan took the digest over: the rest is not read)."""
+    def _rest_digested(self, handle: HashingStream) -> str:
+        """The digest of the whole file once the rest of it is read through `handle` (when a
+        scan took the digest over, the rest is not read: what is returned then is not used)."""
         buffer = memoryview(bytearray(DIGEST_BLOCK_BYTES))
         while self._digester == "parse" and handle.readinto(buffer):
             if self.handoff.done.is_set():
                 raise Stopped
         return handle.digest.hexdigest()
+
+    def abandon(self) -> None:
+        """The columns are taken no more (a batch was refused, and the file goes to the
+        line-by-line rules): unless a scan gives the digest (`digest_early`), the parse stops
+        handing them on and the rest of the file is only digested — by the parse for a local
+        file, by its stream for an object — so that the digest comes without the columns
+        being taken."""
+        with self._lock:
+            if self._digester == "scan" or self.digest.done():
+                return
+        self.handoff.abandon()
 
     def close(self) -> None:
         """Stop reading (a block being parsed is finished first) and drop what was read."""
