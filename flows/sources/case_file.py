@@ -22,11 +22,12 @@ whole (`Download`). Either way its digest is the one the copy computed on the wa
 
 This module imports pyarrow, NumPy and BLAKE3, not Polars or DuckDB.
 """
+
 from __future__ import annotations
 
 import gzip
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,7 @@ from blake3 import blake3
 from ...transforms.case_schema import CASES_SCHEMA, RETRIEVED_ITEM
 from ...transforms.errors import NotClean
 from ...transforms.records import MAX_RECORD_BYTES
-from .stored_file import DOWNLOAD_POLL_SECONDS, Download, Stopped, StreamedObject
+from .stored_file import Download, Stopped, StreamedObject
 from .strict_read import READ_AHEAD_BYTES, READ_AHEAD_COLUMN_BYTES, Handoff, StrictParse, parser_compiled
 
 # The reader parses blocks of this many bytes in parallel (1 MiB measured fastest). A record
@@ -287,8 +288,6 @@ def parsed_batch(parsed: tuple) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([columns[name] for name in CASES_SCHEMA.names], schema=CASES_SCHEMA)
 
 
-
-
 class CaseFileRead:
     """One read of a cases file, started when made, in tables of whole cases, and beside them
     the file's facts. A plain file is parsed by the strict parser, when it was compiled, with
@@ -351,11 +350,8 @@ class CaseFileRead:
 
     def _downloaded(self) -> None:
         """Wait for the download, if any, to end; Stopped when the read is closed first."""
-        if self._download is None:
-            return
-        while self._download.checksum(DOWNLOAD_POLL_SECONDS) is None:
-            if self._handoff.done.is_set():
-                raise Stopped
+        if self._download is not None:
+            self._download.checksum_once_ended(self._handoff.done)
 
     def _parse(self, schema: pa.Schema, block_bytes: int) -> None:
         handoff = self._handoff

@@ -261,6 +261,14 @@ class _ObjectCopy:
                 self._progress.wait(timeout)
         return self._checksum if self.ended() else None
 
+    def checksum_once_ended(self, stop: threading.Event) -> str:
+        """`checksum`, waiting for the copy to end; raises the copy's error if it failed, and
+        Stopped once `stop` is set first (the reader was closed)."""
+        while (checksum := self.checksum(DOWNLOAD_POLL_SECONDS)) is None:
+            if stop.is_set():
+                raise Stopped
+        return checksum
+
     def close(self) -> None:
         self._stop.set()
         with self._progress:

@@ -18,7 +18,7 @@ import os
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
@@ -26,7 +26,7 @@ from typing import IO
 from ...transforms.errors import NotClean
 from ...transforms.records import MAX_RECORD_BYTES
 from ..storage.hashing import HashingStream, file_digest
-from .stored_file import DOWNLOAD_POLL_SECONDS, Stopped, StoredFile, StreamedObject
+from .stored_file import Stopped, StoredFile, StreamedObject
 
 try:
     from . import _case_columns  # the strict parser (flows/sources/_case_columns.c), built at install
@@ -118,7 +118,7 @@ class Handoff:
 
     def items(self) -> Iterator[object]:
         """The items in order up to the end; raises an exception handed on, and Stopped once
-        `done` is set."""
+        `done` or `abandoned` is set."""
         while True:
             try:
                 item, size = self._queue.get(timeout=0.1)
@@ -240,10 +240,7 @@ class StrictParse:
     def _streamed(self) -> None:
         """The stream's digest once it has ended; Stopped when the read is closed first."""
         try:
-            while (checksum := self._stream.checksum(DOWNLOAD_POLL_SECONDS)) is None:
-                if self.handoff.done.is_set():
-                    raise Stopped
-            self._set_digest("stream", checksum)
+            self._set_digest("stream", self._stream.checksum_once_ended(self.handoff.done))
         except Exception as error:  # noqa: BLE001 — raised again by whoever asks for the digest
             self._set_digest("stream", None, error)
 
