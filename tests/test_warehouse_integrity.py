@@ -8,13 +8,16 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
 
 import duckdb
 import pytest
-from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, reader
+from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, evaluate, job_options, reader
+from retrieval_eval.flows.job import job
+from retrieval_eval.flows.storage import StoreUnavailable
 from retrieval_eval.flows.warehouse.warehouse import Warehouse, machine_id
 from retrieval_eval.flows.warehouse.warehouse_check import check_warehouse
 
@@ -463,3 +466,23 @@ def test_a_vacuum_with_no_retention_keeps_the_parts_of_a_writer_still_running(tm
         assert Warehouse(location).vacuum(timedelta(0), orphans=True) == []
         txn.commit({"run-a": RunCommit({"runs": [part]}, None, None)})
     assert check_warehouse(Warehouse(location)).problems == []
+
+
+def test_a_catalog_that_cannot_be_made_fails_the_run_once_its_report_is_written_and_its_runs_committed(
+        sample_copy, tmp_path, monkeypatch):
+    """The catalog is made on a thread of its own while the report is written (flows/job/job.py):
+    its failure (here a bucket that stops answering, injected) still ends the command with its
+    error, and loses neither the commit nor the report."""
+    made_on: list[str] = []
+
+    def unreachable_catalog(warehouse, state, **_):
+        made_on.append(threading.current_thread().name)
+        raise StoreUnavailable("s3://bucket/wh/catalog.duckdb: store unavailable (injected)")
+
+    monkeypatch.setattr(job, "refresh_catalog", unreachable_catalog)
+    options = job_options(sample_copy / "runs", tmp_path / "wh", report_dir=tmp_path / "report")
+    with pytest.raises(StoreUnavailable, match="injected"):
+        evaluate(options)
+    assert len(made_on) == 1 and made_on[0] != threading.main_thread().name
+    assert (tmp_path / "report" / "report.md").is_file() and (tmp_path / "report" / "report.html").is_file()
+    assert sorted(Warehouse(tmp_path / "wh").state().runs) == SAMPLE_RUN_IDS

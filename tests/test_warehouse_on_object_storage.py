@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import duckdb
@@ -29,8 +30,10 @@ import pytest
 import s3fs
 from builders import cli, reader, write_run
 from retrieval_eval.flows.storage import LocalStore, StoreUnavailable, open_store
+from retrieval_eval.transforms.errors import InputError
 from retrieval_eval.flows.warehouse.warehouse import (
     CHECKPOINT_HINT,
+    ORPHAN_FLOOR,
     CommitConflict,
     DamagedLog,
     RunCommit,
@@ -597,6 +600,70 @@ def test_a_stale_or_missing_checkpoint_hint_costs_reads_not_correctness(warehous
 
 
 # ---------------------------------------------------------------- 8. warehouse check on a bucket
+
+
+
+class CountingHeads:
+    """A store that counts the parts it is asked about (`exists`: a HEAD in a bucket)."""
+
+    def __init__(self, store):
+        self.inner, self.asked = store, []
+
+    def exists(self, key: str) -> bool:
+        self.asked.append(key)
+        return self.inner.exists(key)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def put_by_a_task(warehouse: Warehouse, txn, run_id: str) -> RunCommit:
+    """A run's parts put to the bucket as a task puts its own (`put_part`), wherever it ran:
+    the commit finds none of them staged here."""
+    change = run_commit(txn, run_id)
+    for parts in change.tables.values():
+        for part in parts:
+            warehouse.put_part(part)
+    return change
+
+
+def test_a_young_transaction_commits_its_tasks_parts_without_asking_the_bucket_for_each(bucket_warehouse):
+    """A vacuum takes a pending transaction for dead only once its marker is older than
+    ORPHAN_FLOOR, whatever retention it is given (`_remove_orphans`); until then the parts its
+    tasks put are there, and the commit sends no request per part. Shown with a vacuum of zero
+    retention between the puts and the commit: the parts stay and the run reads whole."""
+    warehouse = Warehouse(bucket_warehouse)
+    warehouse.store = counting = CountingHeads(warehouse.store)
+    with warehouse.transaction() as txn:
+        txn.plan(["run-a"])
+        change = put_by_a_task(warehouse, txn, "run-a")
+        assert Warehouse(bucket_warehouse).vacuum(timedelta(0), orphans=True) == []
+        state = txn.commit({"run-a": change})
+    assert [key for key in counting.asked if "/run_id=" in key] == []
+    parts = [part for _, part in state.runs["run-a"].files()]
+    assert len(parts) == 2 and all(warehouse.store.inner.exists(warehouse.key(part.path)) for part in parts)
+
+
+def test_a_part_gone_before_the_commit_of_a_transaction_a_vacuum_may_judge_dead_commits_nothing(bucket_warehouse):
+    """Past half of ORPHAN_FLOOR (the other half is room for clocks that differ), a vacuum
+    elsewhere may have taken the transaction for dead and removed its parts: each part its
+    tasks put is asked for, and one that is gone stops the commit with nothing committed."""
+    commit_runs(bucket_warehouse, "run-0")
+    warehouse = Warehouse(bucket_warehouse)
+    warehouse.store = counting = CountingHeads(warehouse.store)
+    with pytest.raises(InputError, match="a part this run wrote is gone from the store before its commit"):
+        with warehouse.transaction() as txn:
+            txn.plan(["run-a"])
+            change = put_by_a_task(warehouse, txn, "run-a")
+            gone = change.tables["cases"][0]
+            warehouse.store.delete(warehouse.key(gone.path))  # as a vacuum on another machine would
+            txn._marked_at -= ORPHAN_FLOOR.total_seconds() / 2 + 1  # its marker put that long ago
+            txn.commit({"run-a": change})
+    assert sorted(key.rsplit("/", 1)[-1] for key in counting.asked if "/run_id=run-a/" in key) == sorted(
+        part.path.rsplit("/", 1)[-1] for parts in change.tables.values() for part in parts)
+    state = Warehouse(bucket_warehouse).state()
+    assert state.version == 1 and list(state.runs) == ["run-0"]
+    assert uncommitted_parts(bucket_warehouse) == set()  # the one left went with the transaction
 
 
 @pytest.mark.damages_warehouse

@@ -33,11 +33,11 @@ from ..storage.duckdb_connection import connect
 from ..storage.errors import StoreError
 from ..storage.locations import Location
 from ..storage.output_files import output_target
-from ..warehouse.catalog import refresh_catalog
+from ..warehouse.catalog import prepare_catalog, refresh_catalog
 from ..warehouse.summary import refresh_summary, summary_files
 from ..warehouse.warehouse import State, Warehouse, scratch_dir
 from ..warehouse.legacy_catalog import adopt_legacy_catalog
-from .run_steps import BatchParts, Outcome, Refused, TxnRef, score_batch, finish_run, reuse_run
+from .run_steps import Outcome, Refused, TxnRef, score_batch, finish_run, reuse_run
 from .plan import RunPlan, plan_runs
 from .progress import Progress
 
@@ -201,66 +201,72 @@ def run_job(options: JobOptions, steps: Steps, warehouse: Warehouse | None = Non
     if not warehouse.remote and not warehouse.exists() and warehouse.catalog_path.exists():
         adopt_legacy_catalog(warehouse)  # a warehouse written before the log: its runs are kept
     progress = Progress(len(folders))
-    with warehouse.transaction() as txn:
-        gated = newest_run_id(folders)
-        plans = plan_runs(folders, txn.state, warehouse, newest=gated, k=options.k, ks=options.ks,
-                          relevance_level=options.relevance_level, allow_rejects=options.allow_rejects,
-                          kb=kb_record(kb))
-        newest = next(plan for plan in plans if plan.run_id == gated)
-        if baseline is not None:  # before any work: the newest run must be gateable against it
-            refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)
-        todo = [plan for plan in plans if plan.reuse is None]
-        # the only runs whose folders get parts: those evaluated, and those whose KB changed
-        writes = frozenset(plan.run_id for plan in plans if plan.reuse is None or plan.kb_changed)
-        txn.plan(writes)
-        ref = TxnRef(warehouse.root, txn.id, writes, str(options.warehouse))
-        ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
-        evaluated: dict[str, list[Any]] = {}
+    prepare_catalog(warehouse)
+    # The catalog is made on a thread of its own once the commit is in, while the report is
+    # written: neither reads the other (the catalog is for people; SPEC 10).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="catalog") as background:
+        with warehouse.transaction() as txn:
+            gated = newest_run_id(folders)
+            plans = plan_runs(folders, txn.state, warehouse, newest=gated, k=options.k, ks=options.ks,
+                              relevance_level=options.relevance_level, allow_rejects=options.allow_rejects,
+                              kb=kb_record(kb))
+            newest = next(plan for plan in plans if plan.run_id == gated)
+            if baseline is not None:  # before any work: the newest run must be gateable against it
+                refuse_ungateable(baseline, newest.run_id, newest.ks, newest.relevance_level)
+            todo = [plan for plan in plans if plan.reuse is None]
+            # the only runs whose folders get parts: those evaluated, and those whose KB changed
+            writes = frozenset(plan.run_id for plan in plans if plan.reuse is None or plan.kb_changed)
+            txn.plan(writes)
+            ref = TxnRef(warehouse.root, txn.id, writes, str(options.warehouse))
+            ingests = {plan.run_id: steps.ingest(plan, ref) for plan in todo}
+            evaluated: dict[str, list[Any]] = {}
+            try:
+                for number, plan in enumerate(todo, start=1):
+                    progress.start_run(number, plan.run_id, plan.folder.cases_size())
+                    batches = steps.batches(ingests[plan.run_id])
+                    evaluated[plan.run_id] = handles = []
+                    try:
+                        for batch in progress.batches(batches):
+                            handles.append(steps.score(plan, batch, ref))
+                    finally:
+                        if hasattr(batches, "close"):  # a read stopped by an error stops its threads now
+                            batches.close()
+                    progress.end_run()
+                outcomes = [
+                    reuse_run(plan, ref) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
+                    for plan in plans
+                ]
+            except BaseException:
+                # One step failed (or the command was interrupted) while others may still be
+                # writing parts: the transaction is rolled back only once none is, so that no part
+                # outlives it.
+                steps.settle([*ingests.values(), *(handle for handles in evaluated.values() for handle in handles)])
+                raise
+            commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}
+            state = txn.commit(commits) if commits else txn.state
+            if commits or summary_files(warehouse, state) is None:
+                refresh_summary(warehouse, txn.state, state)
+            catalog = background.submit(refresh_catalog, warehouse, state)
+        refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
+        if refused:
+            catalog.result()
+            run_ids = [o.run_id for o in refused]
+            warehouse_option = None if options.warehouse == config.WAREHOUSE else str(options.warehouse)
+            raise RejectedRecords(", ".join(run_ids), sum((o.rejects for o in refused), RejectTally()),
+                                  where_all=rejects_query(run_ids, warehouse_option))
         try:
-            for number, plan in enumerate(todo, start=1):
-                progress.start_run(number, plan.run_id, plan.folder.cases_size())
-                batches = steps.batches(ingests[plan.run_id])
-                evaluated[plan.run_id] = handles = []
-                try:
-                    for batch in progress.batches(batches):
-                        handles.append(steps.score(plan, batch, ref))
-                finally:
-                    if hasattr(batches, "close"):  # a read stopped by an error stops its threads now
-                        batches.close()
-                progress.end_run()
-            outcomes = [
-                reuse_run(plan, ref) if plan.reuse else steps.finish(plan, ingests[plan.run_id], evaluated[plan.run_id], ref)
-                for plan in plans
-            ]
-        except BaseException:
-            # One step failed (or the command was interrupted) while others may still be
-            # writing parts: the transaction is rolled back only once none is, so that no part
-            # outlives it.
-            steps.settle([*ingests.values(), *(handle for handles in evaluated.values() for handle in handles)])
-            raise
-        commits = {o.run_id: o.commit for o in outcomes if o.commit is not None}
-        state = txn.commit(commits) if commits else txn.state
-        if commits or summary_files(warehouse, state) is None:
-            refresh_summary(warehouse, txn.state, state)
-        refresh_catalog(warehouse, state)
-    refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
-    if refused:
-        run_ids = [o.run_id for o in refused]
-        warehouse_option = None if options.warehouse == config.WAREHOUSE else str(options.warehouse)
-        raise RejectedRecords(", ".join(run_ids), sum((o.rejects for o in refused), RejectTally()),
-                              where_all=rejects_query(run_ids, warehouse_option))
-    try:
-        report = steps.report(state, ReportOptions(options.warehouse, options.report_dir, kb, options.charts, baseline))
-    except (OSError, StoreError) as error:  # a full disk, a read-only folder, a bucket: said with what stands
-        where = f"{error.filename}: " if getattr(error, "filename", None) else ""
-        raise InputError(f"{where}{getattr(error, 'strerror', None) or error}; the report was not written, but the warehouse is "
-                         f"committed ({len(commits)} run(s) written now): fix this and run again (unchanged runs "
-                         "are not read again)") from None
-    gate = None
-    if options.gate is not None:
-        gate = steps.gate(state, newest.run_id, options.gate, baseline, kb)
-    steps.publish(report, gate)
-    return JobResult(outcomes, state, report, gate)
+            report = steps.report(state, ReportOptions(options.warehouse, options.report_dir, kb, options.charts, baseline))
+        except (OSError, StoreError) as error:  # a full disk, a read-only folder, a bucket: said with what stands
+            where = f"{error.filename}: " if getattr(error, "filename", None) else ""
+            raise InputError(f"{where}{getattr(error, 'strerror', None) or error}; the report was not written, but the warehouse is "
+                             f"committed ({len(commits)} run(s) written now): fix this and run again (unchanged runs "
+                             "are not read again)") from None
+        catalog.result()  # its error (a bucket gone, a damaged part), once the report is written
+        gate = None
+        if options.gate is not None:
+            gate = steps.gate(state, newest.run_id, options.gate, baseline, kb)
+        steps.publish(report, gate)
+        return JobResult(outcomes, state, report, gate)
 
 
 class InProcess:

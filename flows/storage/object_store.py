@@ -7,8 +7,10 @@ pyarrow.fs lacks. Each object carries its BLAKE3 checksum as metadata ("blake3")
 Credentials come from each cloud's standard chain. S3: botocore's (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE and the config files, SSO, instance
 roles), with AWS_REGION / AWS_DEFAULT_REGION and AWS_ENDPOINT_URL (plain http allowed, for
-an S3-compatible store on loopback). GCS and Azure: obstore's own readers of GOOGLE_* and
-AZURE_* variables and application default credentials.
+an S3-compatible store on loopback). Where the chain's first link decides alone (keys and a
+region in the environment, no profile named), they are read from there without importing
+botocore (0.1 s, before the first request). GCS and Azure: obstore's own readers of GOOGLE_*
+and AZURE_* variables and application default credentials.
 """
 
 from __future__ import annotations
@@ -16,12 +18,11 @@ from __future__ import annotations
 import datetime
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-import botocore.session
 import obstore
 from obstore import exceptions as obstore_errors
 from obstore.store import AzureStore, GCSStore, S3Store
@@ -65,20 +66,9 @@ class ObjectStore:
             self._client = AzureStore(location.bucket, client_options=client_options, retry_config=retry_config, **account)
 
     def _s3_client(self, client_options: dict, retry_config: dict) -> S3Store:
-        session = botocore.session.Session()
-        profile = session.get_scoped_config() if os.environ.get("AWS_PROFILE") or session.profile else {}
-        region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-                  or session.get_config_variable("region") or "us-east-1")
-        self.endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-                         or profile.get("endpoint_url"))
+        settings = _s3_settings_from_environment() or _s3_settings_from_botocore()
+        self.endpoint = settings.get("endpoint")
         options = dict(client_options, allow_http=bool(self.endpoint and self.endpoint.startswith("http://")))
-        settings: dict = {"region": region}
-        if self.endpoint:
-            settings["endpoint"] = self.endpoint
-        if session.get_credentials() is None:
-            settings["skip_signature"] = True
-        else:
-            settings["credential_provider"] = _BotocoreCredentials(session)
         return S3Store(self.location.bucket, client_options=options, retry_config=retry_config, **settings)
 
     def __str__(self) -> str:
@@ -169,25 +159,79 @@ class ObjectStore:
             obstore.delete(self._client, key)
 
 
-class _BotocoreCredentials:
-    """obstore's credential provider over botocore's chain (refreshed every few minutes, so
-    that rotating credentials such as SSO or instance roles keep working)."""
+_PROFILE_OR_EXPIRY = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CREDENTIAL_EXPIRATION")
 
-    def __init__(self, session: botocore.session.Session) -> None:
-        self._session = session
+
+def _s3_settings_from_environment() -> dict | None:
+    """The S3 client's settings when the environment alone decides them, as botocore's chain
+    would: its first link, the AWS_* keys, is set, and a region; no profile is named (one may
+    give an endpoint) and no expiry (keys botocore would refresh). None otherwise."""
+    environ = os.environ
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if _environment_keys() is None or not region or any(environ.get(name) for name in _PROFILE_OR_EXPIRY):
+        return None
+    settings = {"region": region, "credential_provider": _Credentials(_environment_keys)}
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        settings["endpoint"] = endpoint
+    return settings
+
+
+def _s3_settings_from_botocore() -> dict:
+    """The S3 client's settings from botocore's whole chain: the config files, a profile's
+    region and endpoint, SSO, instance and container roles; unsigned requests when it finds
+    no credentials (a public bucket)."""
+    import botocore.session  # deferred: 0.1 s of imports that keys in the environment do without
+
+    session = botocore.session.Session()
+    profile = session.get_scoped_config() if os.environ.get("AWS_PROFILE") or session.profile else {}
+    region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+              or session.get_config_variable("region") or "us-east-1")
+    settings: dict = {"region": region}
+    endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                or profile.get("endpoint_url"))
+    if endpoint:
+        settings["endpoint"] = endpoint
+    if session.get_credentials() is None:
+        settings["skip_signature"] = True
+    else:
+        def botocore_keys() -> tuple[str, str, str | None] | None:
+            credentials = session.get_credentials()
+            frozen = credentials.get_frozen_credentials() if credentials is not None else None
+            return (frozen.access_key, frozen.secret_key, frozen.token) if frozen is not None else None
+
+        settings["credential_provider"] = _Credentials(botocore_keys)
+    return settings
+
+
+def _environment_keys() -> tuple[str, str, str | None] | None:
+    """(access key, secret key, session token) of the AWS_* variables, or None."""
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not (key and secret):
+        return None
+    return key, secret, os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN") or None
+
+
+class _Credentials:
+    """obstore's credential provider over a chain's keys, asked again every few minutes (so
+    that rotating credentials such as SSO or instance roles keep working). It holds no key:
+    neither the client's settings nor its repr carry one."""
+
+    def __init__(self, keys: Callable[[], tuple[str, str, str | None] | None]) -> None:
+        self._keys = keys
 
     def __repr__(self) -> str:
-        return "_BotocoreCredentials()"
+        return "_Credentials()"
 
     def __call__(self) -> dict:
-        credentials = self._session.get_credentials()
-        if credentials is None:
+        keys = self._keys()
+        if keys is None:
             raise AccessDenied("no AWS credentials found in the environment, AWS_PROFILE or the config files")
-        frozen = credentials.get_frozen_credentials()
+        access_key, secret_key, token = keys
         return {
-            "access_key_id": frozen.access_key,
-            "secret_access_key": frozen.secret_key,
-            "token": frozen.token,
+            "access_key_id": access_key,
+            "secret_access_key": secret_key,
+            "token": token,
             "expires_at": datetime.datetime.now(datetime.UTC) + _CREDENTIALS_LIFETIME,
         }
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -110,6 +111,18 @@ def _owned(path: Path, warehouse_id: str | None) -> bool:
         if _held(error):
             raise CatalogHeld(path, error) from None
         return False
+
+
+def prepare_catalog(warehouse: Warehouse) -> None:
+    """Start importing what the catalog of a bucket's warehouse is made with (fsspec, 40 ms;
+    a local one needs none of it) on a thread of its own: a writer calls this as it starts, so
+    that the catalog it makes after its commit does not wait for the import."""
+    if warehouse.remote:
+        threading.Thread(target=_import_bucket_filesystem, name="catalog-import", daemon=True).start()
+
+
+def _import_bucket_filesystem() -> None:
+    from ..storage import duckdb_filesystem  # noqa: F401  # deferred: fsspec, for a bucket only
 
 
 def _make_catalog(warehouse: Warehouse, state: State, path: Path) -> None:

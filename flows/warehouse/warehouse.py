@@ -54,6 +54,9 @@ DEFAULT_RETENTION = timedelta(days=7)
 # A pending transaction of another machine is taken for alive this long at least, whatever
 # retention a vacuum is given: its writer may still be running.
 ORPHAN_FLOOR = timedelta(hours=1)
+# Requests to a bucket sent at once where many small ones are due together (parts put or
+# checked, folders listed): each costs a round trip, not bandwidth.
+PARALLEL_REQUESTS = 8
 
 
 # The log is what says which files make each run: nothing in the warehouse can stand in for a
@@ -395,16 +398,18 @@ class Warehouse:
         `run_ids`, the runs it planned to write, or of every run when it did not say; and
         what it staged or kept as scratch on this machine."""
         marker = part_prefix(txn_id)
-        for table in TABLES:
-            folders = [f"{table}/run_id={run_id}" for run_id in run_ids] if run_ids is not None else [table]
-            for folder in folders:
-                for info in self.store.list(self.key(folder)):
-                    relative = self.relative(info.key)
-                    if relative.rsplit("/", 1)[-1].startswith(marker) and relative not in referenced:
-                        self.store.delete(info.key)
-                if not self.remote:
-                    for emptied in _run_folders(self.root / folder) if run_ids is None else [self.root / folder]:
-                        _remove_if_empty(emptied)
+        folders = [f"{table}/run_id={run_id}" if run_ids is not None else table
+                   for table in TABLES for run_id in (run_ids if run_ids is not None else [None])]
+        with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
+            listings = list(pool.map(lambda folder: list(self.store.list(self.key(folder))), folders))
+        for folder, listed in zip(folders, listings):
+            for info in listed:
+                relative = self.relative(info.key)
+                if relative.rsplit("/", 1)[-1].startswith(marker) and relative not in referenced:
+                    self.store.delete(info.key)
+            if not self.remote:
+                for emptied in _run_folders(self.root / folder) if run_ids is None else [self.root / folder]:
+                    _remove_if_empty(emptied)
         if self.remote:  # what it staged here before putting it
             for staged in self.root.glob(f"*/run_id=*/{marker}*"):
                 staged.unlink(missing_ok=True)
@@ -477,6 +482,7 @@ class Transaction:
         self._published = False  # its log entry may be in place (set before it is created)
         self._started_at = _now()
         self._run_ids: list[str] | None = None  # the runs it may write (None: it did not say)
+        self._marked_at: float | None = None  # time.monotonic() when its marker was first put
 
     @property
     def root(self) -> Path:
@@ -498,6 +504,8 @@ class Transaction:
         if self._run_ids is not None:
             marker["runs"] = self._run_ids
         self.warehouse.store.put(self._marker_key, json.dumps(marker).encode(), overwrite=True)
+        if self._marked_at is None:
+            self._marked_at = time.monotonic()
 
     @property
     def _marker_key(self) -> str:
@@ -616,16 +624,22 @@ class Transaction:
                 fsync_path(self.root / part.path)
             return
         staged = [part for part in parts if (self.root / part.path).exists()]
-        with ThreadPoolExecutor(max_workers=4) as pool:
+        elsewhere = [part for part in parts if part not in staged] if self._may_be_judged_dead() else []
+        with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
             list(pool.map(self.warehouse.put_part, staged))
-            # A part its task put is checked to be there before an entry names it.
-            elsewhere = [part for part in parts if part not in staged]
             there = list(pool.map(lambda part: self.warehouse.store.exists(self.warehouse.key(part.path)), elsewhere))
         missing = [part for part, found in zip(elsewhere, there) if not found]
         if missing:
             raise InputError(f"{self.warehouse.shown(missing[0].path)}: a part this run wrote is gone from the store "
                              "before its commit (a vacuum with a retention shorter than the run?); nothing was "
                              "committed: run again")
+
+    def _may_be_judged_dead(self) -> bool:
+        """Whether a vacuum may have taken this transaction for a dead one, and removed parts
+        its tasks put: only once its marker is older than ORPHAN_FLOOR (`_remove_orphans`).
+        Until half of that has passed here (room for a store's clock that differs from this
+        machine's), its parts are known to be there without asking the store for each."""
+        return self._marked_at is None or time.monotonic() - self._marked_at > ORPHAN_FLOOR.total_seconds() / 2
 
 
 def write_checkpoint(warehouse: Warehouse, state: State) -> None:
