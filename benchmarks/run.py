@@ -61,11 +61,13 @@ from benchmarks.generate import SHAPES, generate  # noqa: E402
 
 def code_fingerprint(root: Path = ROOT) -> str:
     """A short hash of the project's code as it is on disk now (flows/, transforms/, sql/ under
-    `root`): a table whose code changed while it was measured says so."""
+    `root`, their subpackages and C sources included): a table whose code changed while it
+    was measured says so."""
     import hashlib
 
     digest = hashlib.sha256()
-    for folder, pattern in (("flows", "*.py"), ("transforms", "*.py"), ("sql", "**/*.sql")):
+    for folder, pattern in (("flows", "**/*.py"), ("flows", "**/*.c"), ("transforms", "**/*.py"),
+                            ("transforms", "**/*.c"), ("sql", "**/*.sql")):
         for path in sorted((root / folder).glob(pattern)):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
