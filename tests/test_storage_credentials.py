@@ -97,3 +97,20 @@ def test_both_ways_give_obstore_the_same_keys_and_hold_none_in_the_clients_setti
     store, prefix = open_store(f"s3://{s3_bucket}/same")
     store.put(join_key(prefix, "a"), b"a")
     assert store.get(join_key(prefix, "a")) == b"a"
+
+
+@pytest.mark.parametrize("tokens", [
+    {"AWS_SESSION_TOKEN": "session"}, {"AWS_SECURITY_TOKEN": "security"},
+    {"AWS_SESSION_TOKEN": "session", "AWS_SECURITY_TOKEN": "security"},
+])
+def test_a_session_token_and_an_s3_endpoint_are_taken_as_botocore_takes_them(s3_bucket, moto_endpoint, monkeypatch,
+                                                                            tokens):
+    for name, value in tokens.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing answers there
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_endpoint)  # the S3 one wins
+    from_environment, from_botocore = _s3_settings_from_environment(), _s3_settings_from_botocore()
+    assert from_environment["credential_provider"]()["token"] == from_botocore["credential_provider"]()["token"]
+    assert from_environment["endpoint"] == from_botocore["endpoint"] == moto_endpoint
+    imported, endpoint = round_trip(f"s3://{s3_bucket}/s3-endpoint", dict(os.environ))
+    assert (imported, endpoint) == (False, moto_endpoint)

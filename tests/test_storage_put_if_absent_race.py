@@ -14,7 +14,7 @@ import sys
 import threading
 import uuid
 
-from retrieval_eval.flows.storage import join_key, open_store
+from retrieval_eval.flows.storage import join_key
 
 WRITERS = 3
 ROUNDS = 30

@@ -16,9 +16,12 @@ from pathlib import Path
 import duckdb
 import pytest
 from builders import SAMPLE_BASELINE, SAMPLE_RUN_IDS, cli, evaluate, job_options, reader
-from retrieval_eval.flows.job import job
-from retrieval_eval.flows.storage import StoreUnavailable
-from retrieval_eval.flows.warehouse.warehouse import Warehouse, machine_id
+from retrieval_eval.flows.outputs import reports as reports_module
+from retrieval_eval.flows.outputs.reports import ReportOptions, write_report
+from retrieval_eval.flows.warehouse import catalog as catalog_module
+from retrieval_eval.flows.warehouse.summary import summary_files
+from retrieval_eval.transforms.errors import InputError
+from retrieval_eval.flows.warehouse.warehouse import DamagedLog, Warehouse, machine_id
 from retrieval_eval.flows.warehouse.warehouse_check import check_warehouse
 
 REGRESSION = "2026-11-23-hybrid-rerank-ptbr-regression"
@@ -468,21 +471,63 @@ def test_a_vacuum_with_no_retention_keeps_the_parts_of_a_writer_still_running(tm
     assert check_warehouse(Warehouse(location)).problems == []
 
 
-def test_a_catalog_that_cannot_be_made_fails_the_run_once_its_report_is_written_and_its_runs_committed(
-        sample_copy, tmp_path, monkeypatch):
-    """The catalog is made on a thread of its own while the report is written (flows/job/job.py):
-    its failure (here a bucket that stops answering, injected) still ends the command with its
-    error, and loses neither the commit nor the report."""
-    made_on: list[str] = []
 
-    def unreachable_catalog(warehouse, state, **_):
+def damaged_log_met_by_the_catalog(made_on: list[str]):
+    """`write_catalog` meeting a damaged log as it reads the log again after its commit: the
+    one error `refresh_catalog` does not turn into a warning (injected)."""
+    def write_catalog(warehouse, state):
         made_on.append(threading.current_thread().name)
-        raise StoreUnavailable("s3://bucket/wh/catalog.duckdb: store unavailable (injected)")
+        raise DamagedLog(f"{warehouse.shown('_log')}: entry 00000000000000000002.json is missing (injected)")
+    return write_catalog
 
-    monkeypatch.setattr(job, "refresh_catalog", unreachable_catalog)
+
+def test_an_error_the_catalog_meets_ends_the_run_once_its_report_is_written_and_its_runs_committed(
+        sample_copy, tmp_path, monkeypatch):
+    """The catalog is made on a thread of its own while the report is written (flows/job/job.py
+    `Beside`): an error it meets still ends the command with that error, and loses neither
+    the commit nor the report."""
+    made_on: list[str] = []
+    monkeypatch.setattr(catalog_module, "write_catalog", damaged_log_met_by_the_catalog(made_on))
     options = job_options(sample_copy / "runs", tmp_path / "wh", report_dir=tmp_path / "report")
-    with pytest.raises(StoreUnavailable, match="injected"):
+    with pytest.raises(DamagedLog, match="injected"):
         evaluate(options)
     assert len(made_on) == 1 and made_on[0] != threading.main_thread().name
     assert (tmp_path / "report" / "report.md").is_file() and (tmp_path / "report" / "report.html").is_file()
     assert sorted(Warehouse(tmp_path / "wh").state().runs) == SAMPLE_RUN_IDS
+
+
+def test_when_the_report_fails_too_its_error_is_raised_and_the_catalogs_is_said(sample_copy, tmp_path, monkeypatch,
+                                                                                 capsys):
+    made_on: list[str] = []
+    monkeypatch.setattr(catalog_module, "write_catalog", damaged_log_met_by_the_catalog(made_on))
+    (tmp_path / "a-file").write_text("not a folder")
+    options = job_options(sample_copy / "runs", tmp_path / "wh", report_dir=tmp_path / "a-file" / "report")
+    with pytest.raises(InputError, match="the report was not written, but the warehouse is committed"):
+        evaluate(options)
+    assert len(made_on) == 1
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "injected" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("retrieval-eval: warning: ") and "_log" in warnings[0]
+    assert sorted(Warehouse(tmp_path / "wh").state().runs) == SAMPLE_RUN_IDS
+
+
+def test_a_report_whose_summary_a_later_commit_removes_as_it_is_read_reads_the_parts(sample, tmp_path, monkeypatch):
+    """Each writer keeps the summaries of the versions before and after its own commit only,
+    so the report of an earlier writer may find its version's summary there and then gone (two
+    writers at once: tests/test_reliability.py met it). It reads the runs' parts instead, and
+    says the same."""
+    warehouse = Warehouse(sample / "data" / "warehouse")
+    state = warehouse.state()
+    assert summary_files(warehouse, state) is not None
+    as_read = write_report(ReportOptions(warehouse.root, tmp_path / "as-read", charts=False), state)
+
+    def found_then_removed(warehouse, state):
+        found = summary_files(warehouse, state)
+        for path in (found or {}).values():
+            path.unlink()  # as a writer committing next removes it
+        return found
+
+    monkeypatch.setattr(reports_module, "summary_files", found_then_removed)
+    removed = write_report(ReportOptions(warehouse.root, tmp_path / "removed", charts=False), state)
+    assert summary_files(warehouse, state) is None  # it was read from the parts
+    assert (tmp_path / "removed" / "report.md").read_text() == (tmp_path / "as-read" / "report.md").read_text()
+    assert removed.report.runs.equals(as_read.report.runs)

@@ -657,13 +657,50 @@ def test_a_part_gone_before_the_commit_of_a_transaction_a_vacuum_may_judge_dead_
             change = put_by_a_task(warehouse, txn, "run-a")
             gone = change.tables["cases"][0]
             warehouse.store.delete(warehouse.key(gone.path))  # as a vacuum on another machine would
-            txn._marked_at -= ORPHAN_FLOOR.total_seconds() / 2 + 1  # its marker put that long ago
+            # its marker put that long ago, by either clock
+            txn._marked_at = tuple(clock - ORPHAN_FLOOR.total_seconds() / 2 - 1 for clock in txn._marked_at)
             txn.commit({"run-a": change})
     assert sorted(key.rsplit("/", 1)[-1] for key in counting.asked if "/run_id=run-a/" in key) == sorted(
         part.path.rsplit("/", 1)[-1] for parts in change.tables.values() for part in parts)
     state = Warehouse(bucket_warehouse).state()
     assert state.version == 1 and list(state.runs) == ["run-0"]
     assert uncommitted_parts(bucket_warehouse) == set()  # the one left went with the transaction
+
+
+
+def test_a_part_a_task_put_elsewhere_is_asked_for_and_one_missing_stops_even_a_young_commit(bucket_warehouse):
+    """A part this process did not put (a Dask worker's) is asked for at every commit: a
+    worker whose settings name another store puts its parts there, and the commit of a young
+    transaction that names them stops with nothing committed."""
+    warehouse = Warehouse(bucket_warehouse)
+    warehouse.store = counting = CountingHeads(warehouse.store)
+    with pytest.raises(InputError, match="a part this run wrote is gone from the store before its commit"):
+        with warehouse.transaction() as txn:
+            txn.plan(["run-a"])
+            change = run_commit(txn, "run-a")
+            elsewhere, there = change.tables["cases"][0], change.tables["runs"][0]
+            other_store, other_prefix = open_store(f"{bucket_warehouse}-another-store")
+            other_store.put(f"{other_prefix}/{elsewhere.path}", txn.root / elsewhere.path)
+            warehouse.store.inner.put(warehouse.key(there.path), txn.root / there.path)
+            for part in (elsewhere, there):
+                (txn.root / part.path).unlink()  # put by a task that ran elsewhere: nothing staged here
+            txn.commit({"run-a": change})
+    assert sorted(key.rsplit("/", 1)[-1] for key in counting.asked if "/run_id=run-a/" in key) == sorted(
+        part.path.rsplit("/", 1)[-1] for part in (elsewhere, there))
+    assert Warehouse(bucket_warehouse).state().version == 0
+
+
+@pytest.mark.parametrize("monotonic_ago, wall_ago, judged", [
+    (0, 0, False),
+    (0, ORPHAN_FLOOR.total_seconds(), True),  # the machine slept: the monotonic clock stood still
+    (ORPHAN_FLOOR.total_seconds(), -ORPHAN_FLOOR.total_seconds(), True),  # the wall clock was set back
+    (ORPHAN_FLOOR.total_seconds() / 2 - 60, 0, False),
+])
+def test_a_transaction_is_taken_for_one_a_vacuum_may_judge_dead_by_either_clock(bucket_warehouse, monotonic_ago,
+                                                                               wall_ago, judged):
+    with Warehouse(bucket_warehouse).transaction() as txn:
+        txn._marked_at = (time.monotonic() - monotonic_ago, time.time() - wall_ago)
+        assert txn._may_be_judged_dead() is judged
 
 
 @pytest.mark.damages_warehouse

@@ -12,7 +12,8 @@ means, which run is gated — is this file's, for both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,7 +205,7 @@ def run_job(options: JobOptions, steps: Steps, warehouse: Warehouse | None = Non
     prepare_catalog(warehouse)
     # The catalog is made on a thread of its own once the commit is in, while the report is
     # written: neither reads the other (the catalog is for people; SPEC 10).
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="catalog") as background:
+    with Beside("catalog") as catalog:
         with warehouse.transaction() as txn:
             gated = newest_run_id(folders)
             plans = plan_runs(folders, txn.state, warehouse, newest=gated, k=options.k, ks=options.ks,
@@ -246,10 +247,9 @@ def run_job(options: JobOptions, steps: Steps, warehouse: Warehouse | None = Non
             state = txn.commit(commits) if commits else txn.state
             if commits or summary_files(warehouse, state) is None:
                 refresh_summary(warehouse, txn.state, state)
-            catalog = background.submit(refresh_catalog, warehouse, state)
+            catalog.start(refresh_catalog, warehouse, state)
         refused = [outcome for outcome in outcomes if isinstance(outcome, Refused)]
         if refused:
-            catalog.result()
             run_ids = [o.run_id for o in refused]
             warehouse_option = None if options.warehouse == config.WAREHOUSE else str(options.warehouse)
             raise RejectedRecords(", ".join(run_ids), sum((o.rejects for o in refused), RejectTally()),
@@ -261,12 +261,37 @@ def run_job(options: JobOptions, steps: Steps, warehouse: Warehouse | None = Non
             raise InputError(f"{where}{getattr(error, 'strerror', None) or error}; the report was not written, but the warehouse is "
                              f"committed ({len(commits)} run(s) written now): fix this and run again (unchanged runs "
                              "are not read again)") from None
-        catalog.result()  # its error (a bucket gone, a damaged part), once the report is written
         gate = None
         if options.gate is not None:
             gate = steps.gate(state, newest.run_id, options.gate, baseline, kb)
         steps.publish(report, gate)
         return JobResult(outcomes, state, report, gate)
+
+
+class Beside:
+    """One call made on a thread of its own beside the rest of a block (the catalog, beside the
+    report). The thread is joined on the way out of the block, whatever happens; the call's
+    error is raised then when the block ended well, and said as a warning line when the block
+    ends with an error of its own (which is the one raised)."""
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._call: Future | None = None
+
+    def start(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._call = self._pool.submit(fn, *args)
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self._pool.shutdown(wait=True)
+        failure = self._call.exception() if self._call is not None else None
+        if failure is None:
+            return
+        if error is None:
+            raise failure
+        print(f"retrieval-eval: warning: {failure}", file=sys.stderr)
 
 
 class InProcess:

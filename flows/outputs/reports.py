@@ -96,12 +96,13 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
                 baseline: Baseline | None) -> Report:
     """The report model of every run in `state`; flips and gold are judged against the newest
     run's own KB (`report_kb`)."""
-    summary = summary_files(warehouse, state)
+    summary = summary_read_now(con, warehouse, state)
     if summary is None:
         add_views(con, warehouse, state, tables=("runs", "aggregates"))
     else:
-        for table, path in summary.items():
-            with_later_columns(con.read_parquet(str(path)), table, mixed=False).create_view(table)
+        for table, data in summary.items():
+            con.register(f"summary_{table}", data)
+            with_later_columns(con.table(f"summary_{table}"), table, mixed=False).create_view(table)
     with naming_damage(warehouse, state):
         runs = con.sql(sql.load("report_runs")).pl()
         aggregates = con.sql(sql.load("report_aggregates")).pl()
@@ -153,6 +154,20 @@ def read_report(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: Sta
     return Report(runs_table(runs, aggregates), aggregates, newest, previous, change, *diagnostics(newest_cases),
                   explorer=explorer, uncompared=notes if change is None else (),
                   notes=report_notes(newest_cases["gold_source"]))
+
+
+def summary_read_now(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State) -> dict | None:
+    """The summary of `state` (summary.py), read into memory now: None when it was not made,
+    or when it is gone before it was read (each writer keeps the summaries of the versions
+    before and after its own commit only: one that commits next removes this one's). The
+    report then reads the runs' parts instead."""
+    paths = summary_files(warehouse, state)
+    if paths is None:
+        return None
+    try:
+        return {table: con.read_parquet(str(path)).to_arrow_table() for table, path in paths.items()}
+    except duckdb.IOException:
+        return None
 
 
 def card_texts(con: duckdb.DuckDBPyConnection, warehouse: Warehouse, state: State, run_ids: list[str],

@@ -32,7 +32,6 @@ import numpy as np
 import polars as pl
 
 from ...transforms.errors import InputError, Reject
-from ...transforms.manifest import Manifest
 from ...transforms.records import MAX_RECORD_BYTES, judge_line
 from ...transforms.run_summary import IDENTITY_COUNTS
 from ..storage.hashing import file_digest
@@ -43,7 +42,6 @@ from .formats.identity import content_id
 from .formats.record import FormatRecord
 from .ingest import LINE_BY_LINE, IngestAccount, RunIngestBase, StagedBatch, clean_batches
 from .reject_stream import RejectStream
-from .stored_file import StoredFile
 from .one_input import OneInputSource, artifacts_digest
 from .trec_files import existing_input, input_manifest
 

@@ -14,7 +14,6 @@ import uuid
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from ...transforms.errors import InputError
 from ..storage import LocationError, NotFound, ObjectInfo, is_uri, open_store, parse_location

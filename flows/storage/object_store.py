@@ -209,13 +209,14 @@ def _environment_keys() -> tuple[str, str, str | None] | None:
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not (key and secret):
         return None
-    return key, secret, os.environ.get("AWS_SESSION_TOKEN") or os.environ.get("AWS_SECURITY_TOKEN") or None
+    # botocore's order of the two names of a session token (EnvProvider.TOKENS)
+    return key, secret, os.environ.get("AWS_SECURITY_TOKEN") or os.environ.get("AWS_SESSION_TOKEN") or None
 
 
 class _Credentials:
     """obstore's credential provider over a chain's keys, asked again every few minutes (so
-    that rotating credentials such as SSO or instance roles keep working). It holds no key:
-    neither the client's settings nor its repr carry one."""
+    that rotating credentials such as SSO or instance roles keep working; keys in the
+    environment are read there again). Neither the client's settings nor its repr show a key."""
 
     def __init__(self, keys: Callable[[], tuple[str, str, str | None] | None]) -> None:
         self._keys = keys

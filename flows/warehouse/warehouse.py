@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -57,6 +58,10 @@ ORPHAN_FLOOR = timedelta(hours=1)
 # Requests to a bucket sent at once where many small ones are due together (parts put or
 # checked, folders listed): each costs a round trip, not bandwidth.
 PARALLEL_REQUESTS = 8
+# The parts this process put to a bucket (by URI), until the commit that names them asks about
+# them (`Transaction._put_parts`): their puts succeeded on this process's own store.
+_PUT_HERE: set[str] = set()
+_PUT_HERE_LOCK = threading.Lock()
 
 
 # The log is what says which files make each run: nothing in the warehouse can stand in for a
@@ -248,6 +253,8 @@ class Warehouse:
         except BaseException:
             staged.unlink(missing_ok=True)  # its key is fresh: a retry writes another part
             raise
+        with _PUT_HERE_LOCK:
+            _PUT_HERE.add(self.uri(part.path))
         keep(staged, part.blake3)
 
     def read_folders(self) -> list[Path]:
@@ -482,7 +489,7 @@ class Transaction:
         self._published = False  # its log entry may be in place (set before it is created)
         self._started_at = _now()
         self._run_ids: list[str] | None = None  # the runs it may write (None: it did not say)
-        self._marked_at: float | None = None  # time.monotonic() when its marker was first put
+        self._marked_at: tuple[float, float] | None = None  # (time.monotonic(), time.time()) as its marker was first put
 
     @property
     def root(self) -> Path:
@@ -503,9 +510,9 @@ class Transaction:
         marker = {"txn": self.id, "started_at": self._started_at, "pid": os.getpid(), "machine": machine_id()}
         if self._run_ids is not None:
             marker["runs"] = self._run_ids
+        if self._marked_at is None:  # taken before the put, which may take long (retries)
+            self._marked_at = (time.monotonic(), time.time())
         self.warehouse.store.put(self._marker_key, json.dumps(marker).encode(), overwrite=True)
-        if self._marked_at is None:
-            self._marked_at = time.monotonic()
 
     @property
     def _marker_key(self) -> str:
@@ -624,22 +631,35 @@ class Transaction:
                 fsync_path(self.root / part.path)
             return
         staged = [part for part in parts if (self.root / part.path).exists()]
-        elsewhere = [part for part in parts if part not in staged] if self._may_be_judged_dead() else []
         with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
             list(pool.map(self.warehouse.put_part, staged))
-            there = list(pool.map(lambda part: self.warehouse.store.exists(self.warehouse.key(part.path)), elsewhere))
-        missing = [part for part, found in zip(elsewhere, there) if not found]
+            uris = [self.warehouse.uri(part.path) for part in parts]
+            with _PUT_HERE_LOCK:
+                put_here = [uri in _PUT_HERE for uri in uris]
+                _PUT_HERE.difference_update(uris)
+            # A part is asked for unless this process put it while no vacuum could take it: a
+            # task elsewhere (a Dask worker) may have put its part into another store.
+            judged = self._may_be_judged_dead()
+            asked = [part for part, here in zip(parts, put_here) if judged or not here]
+            there = list(pool.map(lambda part: self.warehouse.store.exists(self.warehouse.key(part.path)), asked))
+        missing = [part for part, found in zip(asked, there) if not found]
         if missing:
             raise InputError(f"{self.warehouse.shown(missing[0].path)}: a part this run wrote is gone from the store "
-                             "before its commit (a vacuum with a retention shorter than the run?); nothing was "
-                             "committed: run again")
+                             "before its commit (a vacuum with a retention shorter than the run, or a worker "
+                             "whose settings name another store?); nothing was committed: run again")
 
     def _may_be_judged_dead(self) -> bool:
         """Whether a vacuum may have taken this transaction for a dead one, and removed parts
-        its tasks put: only once its marker is older than ORPHAN_FLOOR (`_remove_orphans`).
-        Until half of that has passed here (room for a store's clock that differs from this
-        machine's), its parts are known to be there without asking the store for each."""
-        return self._marked_at is None or time.monotonic() - self._marked_at > ORPHAN_FLOOR.total_seconds() / 2
+        it put: only once its marker is older than ORPHAN_FLOOR (`_remove_orphans`). Until half
+        of that has passed here (room for a vacuuming machine's clock that differs from the
+        store's), the parts this process put are known to be there without asking the store for
+        each. The time passed is the larger of the monotonic clock's and the wall clock's (the
+        first stops while the machine sleeps, the second may be set back)."""
+        if self._marked_at is None:
+            return True
+        since, since_wall = self._marked_at
+        passed = max(time.monotonic() - since, time.time() - since_wall)
+        return passed > ORPHAN_FLOOR.total_seconds() / 2
 
 
 def write_checkpoint(warehouse: Warehouse, state: State) -> None:
