@@ -166,12 +166,11 @@ def _s3_settings_from_environment() -> dict | None:
     """The S3 client's settings when the environment alone decides them, as botocore's chain
     would: its first link, the AWS_* keys, is set, and a region; no profile is named (one may
     give an endpoint) and no expiry (keys botocore would refresh). None otherwise."""
-    environ = os.environ
-    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
-    if _environment_keys() is None or not region or any(environ.get(name) for name in _PROFILE_OR_EXPIRY):
+    region = _environment_region()
+    if _environment_keys() is None or not region or any(os.environ.get(name) for name in _PROFILE_OR_EXPIRY):
         return None
     settings = {"region": region, "credential_provider": _Credentials(_environment_keys)}
-    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL")
+    endpoint = _environment_endpoint()
     if endpoint:
         settings["endpoint"] = endpoint
     return settings
@@ -185,11 +184,9 @@ def _s3_settings_from_botocore() -> dict:
 
     session = botocore.session.Session()
     profile = session.get_scoped_config() if os.environ.get("AWS_PROFILE") or session.profile else {}
-    region = (os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-              or session.get_config_variable("region") or "us-east-1")
+    region = _environment_region() or session.get_config_variable("region") or "us-east-1"
     settings: dict = {"region": region}
-    endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-                or profile.get("endpoint_url"))
+    endpoint = _environment_endpoint() or profile.get("endpoint_url")
     if endpoint:
         settings["endpoint"] = endpoint
     if session.get_credentials() is None:
@@ -202,6 +199,14 @@ def _s3_settings_from_botocore() -> dict:
 
         settings["credential_provider"] = _Credentials(botocore_keys)
     return settings
+
+
+def _environment_region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+
+
+def _environment_endpoint() -> str | None:
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
 
 
 def _environment_keys() -> tuple[str, str, str | None] | None:

@@ -405,8 +405,7 @@ class Warehouse:
         `run_ids`, the runs it planned to write, or of every run when it did not say; and
         what it staged or kept as scratch on this machine."""
         marker = part_prefix(txn_id)
-        folders = [f"{table}/run_id={run_id}" if run_ids is not None else table
-                   for table in TABLES for run_id in (run_ids if run_ids is not None else [None])]
+        folders = list(TABLES) if run_ids is None else [f"{table}/run_id={run_id}" for table in TABLES for run_id in run_ids]
         with ThreadPoolExecutor(max_workers=PARALLEL_REQUESTS) as pool:
             listings = list(pool.map(lambda folder: list(self.store.list(self.key(folder))), folders))
         for folder, listed in zip(folders, listings):
